@@ -1,0 +1,47 @@
+"""No global RNG anywhere in the library: every draw is a keyed function of (seed, step, stream, index)."""
+import re
+from pathlib import Path
+
+LIB = Path(__file__).resolve().parents[1] / "dormouse"
+FORBIDDEN = [r"torch\.manual_seed", r"torch\.rand", r"torch\.randn", r"torch\.randint", r"torch\.randperm",
+             r"torch\.bernoulli", r"torch\.multinomial", r"(?<![\w.])random\.", r"np\.random", r"numpy\.random",
+             r"nn\.init\.", r"\.normal_\(", r"\.uniform_\(", r"\.random_\(", r"\.exponential_\(", r"Generator\("]
+NO_PICKLE = [r"torch\.load", r"torch\.save", r"import pickle", r"pickle\.", r"import dill"]
+
+
+def lib_sources():
+    files = sorted(p for p in LIB.glob("*.py") if p.name not in {"_modidx.py"})
+    assert files, f"no library sources under {LIB}"
+    return files
+
+
+def test_no_global_rng_outside_rng():
+    hits = []
+    for p in lib_sources():
+        if p.name == "rng.py": continue
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for pat in FORBIDDEN:
+                if re.search(pat, code): hits.append(f"{p.name}:{n}: {line.strip()}")
+    assert hits == [], "global RNG use in the library:\n" + "\n".join(hits)
+
+
+def test_rng_itself_uses_no_global_state():
+    src = (LIB / "rng.py").read_text()
+    for pat in FORBIDDEN: assert not re.search(pat, src), pat
+
+
+def test_no_pickle_in_library():
+    hits = []
+    for p in lib_sources():
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for pat in NO_PICKLE:
+                if re.search(pat, code): hits.append(f"{p.name}:{n}: {line.strip()}")
+    assert hits == [], "pickle-capable IO in the library:\n" + "\n".join(hits)
+
+
+def test_the_grep_can_fail(tmp_path):
+    bad = "x = torch.rand(3)\ny = np.random.rand()\nimport random\nz = random.random()\n"
+    found = [pat for pat in FORBIDDEN for line in bad.splitlines() if re.search(pat, line)]
+    assert len(found) >= 3
