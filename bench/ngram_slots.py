@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""n-gram step time with 2^16 vs 2^22 slots: the cost must scale with touched rows, not table size.
+
+One "step" is what the trainer does per step with the tables: `lookup` of a [batch, seq_len] byte batch,
+a small projection (dim -> d_model) and a backward through it, then `NgramTables.step()` (sparse Nesterov
+on the touched rows). Both table sizes are measured in the same process, interleaved (A B A B ...) so drift
+in machine load hits both alike; a few warm-up steps each, then the median over repeats of the mean step
+time of a block of steps. Bytes are keyed draws (dormouse.rng), a fresh batch per step from a pool of
+distinct batches: uniform random bytes are the worst case (almost every n-gram is a new row, and the rows
+of a 2^22-slot table are scattered over 3 GiB, far outside any cache).
+
+Both tables are allocated with torch.zeros, which writes every page, so no step pays first-touch page
+faults; a table loaded from a sidecar is fully written too.
+
+Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target.
+Usage: .venv/bin/python bench/ngram_slots.py [--small 16] [--big 22] [--batch 16] [--seq 128] ...
+"""
+import argparse, statistics, sys, time
+import numpy as np
+import torch
+from dormouse.ngram import NgramTables
+from dormouse.rng import keyed_normal, keyed_randint
+
+STREAM_BENCH = 101  # keyed stream for the benchmark's bytes and projection (not a training stream)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", type=int, default=16, help="log2 slots of the small table")
+    ap.add_argument("--big", type=int, default=22, help="log2 slots of the big table")
+    ap.add_argument("--orders", type=str, default="2,3,4")
+    ap.add_argument("--dim", type=int, default=64, help="row width (ModelCfg.ngram_dim)")
+    ap.add_argument("--d-model", type=int, default=128, help="projection width (ModelCfg.d_model)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (TrainCfg.threads)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per table before timing")
+    ap.add_argument("--repeats", type=int, default=9, help="timed blocks per table (median is reported)")
+    ap.add_argument("--steps", type=int, default=20, help="steps per timed block")
+    ap.add_argument("--pool", type=int, default=256, help="distinct batches cycled through")
+    ap.add_argument("--target", type=float, default=1.10, help="fail when big/small exceeds this")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    orders = [int(o) for o in a.orders.split(",")]
+
+    n = a.batch * a.seq
+    pool = [torch.from_numpy(keyed_randint(1, i, STREAM_BENCH, 0, 255, n).reshape(a.batch, a.seq)) for i in range(a.pool)]
+    proj_init = torch.from_numpy(keyed_normal(1, 0, STREAM_BENCH, a.dim * a.d_model).astype(np.float32)).view(a.dim, a.d_model)
+
+    class Case:
+        def __init__(self, log2):
+            self.log2, self.i, self.times, self.touched = log2, 0, [], []
+            self.tables = NgramTables(orders, 1 << log2, a.dim, lr=0.05, momentum=0.9)
+            self.proj = (proj_init * a.dim ** -0.5).requires_grad_(True)
+
+        def step(self):
+            x = pool[self.i % len(pool)]; self.i += 1
+            feats = self.tables.lookup(x)
+            loss = (feats @ self.proj).square().mean()
+            loss.backward()
+            self.touched.append(self.tables.pending_rows().numel())
+            self.tables.step()
+            self.proj.grad = None
+
+        def block(self, k):
+            t0 = time.perf_counter()
+            for _ in range(k): self.step()
+            self.times.append((time.perf_counter() - t0) / k)
+
+    t_alloc = time.perf_counter()
+    small, big = Case(a.small), Case(a.big)
+    t_alloc = time.perf_counter() - t_alloc
+    for c in (small, big):
+        for _ in range(a.warmup): c.step()
+    for _ in range(a.repeats):
+        small.block(a.steps); big.block(a.steps)
+
+    ms = {c.log2: statistics.median(c.times) * 1e3 for c in (small, big)}
+    mb = lambda c: 2 * c.tables.weight.numel() * 4 / 2**20
+    print(f"threads={a.threads} orders={orders} dim={a.dim} batch={a.batch}x{a.seq} d_model={a.d_model} "
+          f"repeats={a.repeats}x{a.steps} steps (allocation of both tables: {t_alloc:.1f}s)")
+    for c in (small, big):
+        print(f"  2^{c.log2} slots ({mb(c):8.0f} MiB weight+momentum): median {ms[c.log2]:7.3f} ms/step "
+              f"[min {min(c.times) * 1e3:.3f}, max {max(c.times) * 1e3:.3f}], "
+              f"touched rows/step ~{int(statistics.median(c.touched))}")
+    ratio = ms[a.big] / ms[a.small]
+    print(f"ngram step time 2^{a.big} / 2^{a.small} slots: {ratio:.2f}x (target <= {a.target:.2f})")
+    return 0 if ratio <= a.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
