@@ -1,0 +1,82 @@
+"""The bitwise resume matrix (issue 6): feature combinations x resume points, each equal to the uninterrupted run."""
+import dataclasses, shutil
+from pathlib import Path
+
+import pytest
+
+from dormouse.train import RunPaths, fit, tiny_cfg
+from conftest import assert_same_run, losses
+
+STEPS = 24
+# A covering set of feature combinations: every pair of (aux, quant, rand_depth, stress, ngram) values appears.
+COMBOS = {
+    "plain":               dict(),
+    "aux":                 dict(aux=True),
+    "fp8-check":           dict(quant="fp8", quant_check=True),
+    "aux-fp8-rand":        dict(aux=True, quant="fp8", quant_check=True, rand_depth=True),
+    "rand-stress":         dict(rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5),
+    "aux-stress-nongram":  dict(aux=True, stress=True, stress_refuse=True, stress_k=1.5, ngram=False),
+    "fp8-stress-rand-nongram": dict(quant="fp8", quant_check=True, stress=True, rand_depth=True, ngram=False),
+    "everything":          dict(aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True,
+                                stress_refuse=True, stress_k=1.5),
+}
+
+
+def cfg_for(name, **kw):
+    opts = dict(COMBOS[name])
+    ngram = opts.pop("ngram", True)
+    cfg = tiny_cfg(steps=STEPS, ckpt_every=4, eval_every=8, log_every=4, keep_ckpts=100, **opts, **kw)
+    if not ngram: cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, ngram_orders=[]))
+    return cfg
+
+
+def truncate_to(run_dir, step):
+    "Simulate a crash after `step`'s checkpoint: later checkpoints vanish, metrics rows beyond remain (as a kill leaves them)."
+    for p in RunPaths(Path(run_dir)).ckpt_dir.iterdir():
+        if int(p.stem.split("_")[1]) > step: p.unlink()
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory):
+    root = tmp_path_factory.mktemp("base")
+    out = {}
+    for name in COMBOS:
+        fit(cfg_for(name), root / name, progress=False)
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("name", list(COMBOS))
+@pytest.mark.parametrize("point", ["step1", "eval_ckpt", "last_ckpt", "two_resumes", "extend"])
+def test_resume_is_bitwise(name, point, baselines, tmp_path):
+    cfg, run = cfg_for(name), tmp_path / "run"
+    if point == "step1":
+        fit(dataclasses.replace(cfg, steps=1), run, progress=False)
+        fit(cfg, run, resume=True, progress=False)
+    elif point == "eval_ckpt":  # step 8 is both a checkpoint and an eval step
+        fit(dataclasses.replace(cfg, steps=8), run, progress=False)
+        fit(cfg, run, resume=True, progress=False)
+    elif point == "last_ckpt":  # crash after step 22: the last checkpoint is 20, metrics already hold rows 20..23
+        shutil.copytree(baselines[name], run)
+        truncate_to(run, 20)
+        fit(cfg, run, resume=True, progress=False)
+    elif point == "two_resumes":
+        fit(dataclasses.replace(cfg, steps=8), run, progress=False)
+        fit(dataclasses.replace(cfg, steps=16), run, resume=True, progress=False)
+        fit(cfg, run, resume=True, progress=False)
+    elif point == "extend":  # a finished run extended is the same run as a longer one
+        longer = dataclasses.replace(cfg, steps=STEPS + 8)
+        fit(longer, tmp_path / "longer", progress=False)
+        shutil.copytree(baselines[name], run)
+        fit(longer, run, resume=True, progress=False)
+        assert_same_run(tmp_path / "longer", run)
+        return
+    assert_same_run(baselines[name], run)
+
+
+def test_matrix_can_fail(baselines, tmp_path):
+    "A run with one strict knob changed is NOT equal: the comparison has teeth."
+    fit(dataclasses.replace(cfg_for("plain"), seed=2), tmp_path / "other", progress=False)
+    with pytest.raises(AssertionError):
+        assert_same_run(baselines["plain"], tmp_path / "other")
+    assert losses(baselines["plain"])[0] != losses(tmp_path / "other")[0]
