@@ -3,19 +3,26 @@
 
 One "step" is what the trainer does per step with the tables: `lookup` of a [batch, seq_len] byte batch,
 a small projection (dim -> d_model) and a backward through it, then `NgramTables.step()` (sparse Nesterov
-on the touched rows). Both table sizes are measured in the same process, interleaved (A B A B ...) so drift
-in machine load hits both alike; a few warm-up steps each, then the median over repeats of the mean step
-time of a block of steps. Bytes are keyed draws (dormouse.rng), a fresh batch per step from a pool of
-distinct batches: uniform random bytes are the worst case (almost every n-gram is a new row, and the rows
-of a 2^22-slot table are scattered over 3 GiB, far outside any cache).
+on the touched rows). Both table sizes live in the same process and their steps alternate one by one
+(small, big, small, big, ...), so bursts of load on a shared machine hit both alike; after a few warm-up
+steps each, the reported time is the median over the repeats (one repeat = one step) and the ratio is
+big/small of the medians.
 
-Both tables are allocated with torch.zeros, which writes every page, so no step pays first-touch page
-faults; a table loaded from a sidecar is fully written too.
+Bytes: by default the trainer's own batches (`dormouse.data` default corpus, `batch_at(i)`), a fresh batch
+per step. `--data random` uses keyed uniform bytes instead: the worst case, where almost every n-gram is a
+new row, so a step reads ~3x more rows and they are scattered over the whole table (over 6 GiB at 2^22,
+far outside any cache); it is reported, and gated the same way when chosen.
+
+One thread by default (`--threads`): the question is how the per-row memory cost scales with the table, and
+on a shared machine extra threads mostly measure the neighbours. The load average is printed with the result.
+
+Both tables are allocated by `NgramTables` (huge-page-advised memory on Linux, every page faulted in at
+construction), so no step pays first-touch page faults; a table loaded from a sidecar is fully written too.
 
 Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target.
-Usage: .venv/bin/python bench/ngram_slots.py [--small 16] [--big 22] [--batch 16] [--seq 128] ...
+Usage: .venv/bin/python bench/ngram_slots.py [--data corpus|random] [--small 16] [--big 22] [--repeats 200] ...
 """
-import argparse, statistics, sys, time
+import argparse, os, statistics, sys, time
 import numpy as np
 import torch
 from dormouse.ngram import NgramTables
@@ -33,18 +40,25 @@ def main(argv=None):
     ap.add_argument("--d-model", type=int, default=128, help="projection width (ModelCfg.d_model)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (TrainCfg.threads)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads; 1 by default: on a shared machine more threads than free cores make the "
+                         "median measure the neighbours (OpenMP waits), not the tables")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per table before timing")
-    ap.add_argument("--repeats", type=int, default=9, help="timed blocks per table (median is reported)")
-    ap.add_argument("--steps", type=int, default=20, help="steps per timed block")
+    ap.add_argument("--repeats", type=int, default=200, help="timed steps per table, alternating (median is reported)")
     ap.add_argument("--pool", type=int, default=256, help="distinct batches cycled through")
+    ap.add_argument("--data", choices=["corpus", "random"], default="corpus", help="trainer batches, or keyed random bytes")
     ap.add_argument("--target", type=float, default=1.10, help="fail when big/small exceeds this")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     orders = [int(o) for o in a.orders.split(",")]
 
     n = a.batch * a.seq
-    pool = [torch.from_numpy(keyed_randint(1, i, STREAM_BENCH, 0, 255, n).reshape(a.batch, a.seq)) for i in range(a.pool)]
+    if a.data == "corpus":
+        from dormouse.data import load_corpus
+        corpus = load_corpus("", 0.05, a.seq)
+        pool = [corpus.batch_at(i, a.batch, a.seq)[0] for i in range(a.pool)]
+    else:
+        pool = [torch.from_numpy(keyed_randint(1, i, STREAM_BENCH, 0, 255, n).reshape(a.batch, a.seq)) for i in range(a.pool)]
     proj_init = torch.from_numpy(keyed_normal(1, 0, STREAM_BENCH, a.dim * a.d_model).astype(np.float32)).view(a.dim, a.d_model)
 
     class Case:
@@ -62,10 +76,10 @@ def main(argv=None):
             self.tables.step()
             self.proj.grad = None
 
-        def block(self, k):
+        def timed(self):
             t0 = time.perf_counter()
-            for _ in range(k): self.step()
-            self.times.append((time.perf_counter() - t0) / k)
+            self.step()
+            self.times.append(time.perf_counter() - t0)
 
     t_alloc = time.perf_counter()
     small, big = Case(a.small), Case(a.big)
@@ -73,16 +87,23 @@ def main(argv=None):
     for c in (small, big):
         for _ in range(a.warmup): c.step()
     for _ in range(a.repeats):
-        small.block(a.steps); big.block(a.steps)
+        small.timed(); big.timed()
 
     ms = {c.log2: statistics.median(c.times) * 1e3 for c in (small, big)}
     mb = lambda c: 2 * c.tables.weight.numel() * 4 / 2**20
-    print(f"threads={a.threads} orders={orders} dim={a.dim} batch={a.batch}x{a.seq} d_model={a.d_model} "
-          f"repeats={a.repeats}x{a.steps} steps (allocation of both tables: {t_alloc:.1f}s)")
+    try: load = "load average %.1f %.1f %.1f on %d CPUs; " % (*os.getloadavg(), os.cpu_count())
+    except OSError: load = ""
+    print(f"{load}data={a.data} threads={a.threads} orders={orders} dim={a.dim} batch={a.batch}x{a.seq} d_model={a.d_model} "
+          f"repeats={a.repeats} alternating steps (allocation of both tables: {t_alloc:.1f}s)")
     for c in (small, big):
+        q = statistics.quantiles(c.times, n=4)
         print(f"  2^{c.log2} slots ({mb(c):8.0f} MiB weight+momentum): median {ms[c.log2]:7.3f} ms/step "
-              f"[min {min(c.times) * 1e3:.3f}, max {max(c.times) * 1e3:.3f}], "
+              f"[min {min(c.times) * 1e3:.3f}, p25 {q[0] * 1e3:.3f}, p75 {q[2] * 1e3:.3f}], "
               f"touched rows/step ~{int(statistics.median(c.touched))}")
+    try:  # how much of the tables got transparent huge pages (Linux): without them the big table pays TLB misses
+        hp = [int(l.split()[1]) for l in open("/proc/self/smaps_rollup") if l.startswith("AnonHugePages:")][0] / 1024
+        print(f"  transparent huge pages in this process: {hp:.0f} MiB (tables: {mb(small) + mb(big):.0f} MiB)")
+    except (OSError, IndexError): pass
     ratio = ms[a.big] / ms[a.small]
     print(f"ngram step time 2^{a.big} / 2^{a.small} slots: {ratio:.2f}x (target <= {a.target:.2f})")
     return 0 if ratio <= a.target else 1

@@ -26,6 +26,7 @@ def ngram_ids(x: torch.Tensor,  # int64 bytes [B, T], values in 0..255
              ) -> torch.Tensor:  # int64 [n_orders, B, T]: the slot of each n-gram in its order's table
     "Slot of the `n` bytes ending at each position, for each order `n`: a fixed hash of the order and the bytes."
     if x.dim() != 2: raise ValueError(f"ngram_ids: x must be [B, T], got shape {tuple(x.shape)}")
+    if slots < 1: raise ValueError(f"ngram_ids: slots must be >= 1, got {slots}")
     xn = x.detach().to("cpu", torch.int64).numpy()
     if xn.size and (xn.min() < 0 or xn.max() > 255): raise ValueError(f"ngram_ids: bytes must be in 0..255, got {xn.min()}..{xn.max()}")
     orders = [int(n) for n in orders]
