@@ -224,18 +224,28 @@ def compute_losses(model: DormouseModel,  # the student
                    ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim]
                    mask: torch.Tensor | None = None,  # bool [B, T] JEPA mask (needed with a teacher)
                    jepa_weight: float = 0.1,  # loss = ce + jepa_weight * jepa
+                   target: torch.Tensor | None = None,  # offline targets: teacher hidden states at the masked positions [n_masked, d], row-major over [B, T]
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "(loss, ce, jepa) scalars; without a teacher jepa = 0 and loss is ce."
-    if teacher is None:
+    "(loss, ce, jepa) scalars; without a teacher or a `target` jepa = 0 and loss is ce."
+    if teacher is None and target is None:
         logits = model(x, depth, ngram)
         ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
         return ce, ce, torch.zeros((), dtype=ce.dtype, device=ce.device)
-    if mask is None: raise ValueError("compute_losses with a teacher needs the JEPA mask")
+    if teacher is not None and target is not None: raise ValueError("compute_losses: pass a teacher or a precomputed target, not both")
+    if mask is None: raise ValueError("compute_losses with a teacher (or a target) needs the JEPA mask")
     logits, _, pred = model(x, depth, ngram, mask, predict=True)
     ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
     with torch.no_grad():
-        _, th = teacher.forward_with_hidden(x, depth, None if ngram is None else ngram.detach())
-        target = F.layer_norm(th, th.shape[-1:])
+        if teacher is not None:
+            _, th = teacher.forward_with_hidden(x, depth, None if ngram is None else ngram.detach())
+            target = F.layer_norm(th, th.shape[-1:])
+        else:  # the same normalisation, row by row, scattered to [B, T, d]: the loss below is then the teacher path's, bitwise
+            n, d = int(mask.sum()), pred.shape[-1]
+            if tuple(target.shape) != (n, d):
+                raise ValueError(f"compute_losses: target has shape {tuple(target.shape)}, but the mask selects {n} positions of width {d}")
+            full = torch.zeros_like(pred)
+            full[mask] = F.layer_norm(target.detach().to(pred.dtype), (d,))
+            target = full
     per_pos = (pred - target).pow(2).mean(-1)
     jepa = torch.where(mask, per_pos, torch.zeros_like(per_pos)).sum() / mask.sum().clamp_min(1).to(per_pos.dtype)
     return ce + jepa_weight * jepa, ce, jepa
