@@ -1,0 +1,88 @@
+"""kill -9: a `dormouse train` subprocess SIGKILLed at >= 20 seeded random moments, resumed each time, finishes
+bitwise identical to a run that was never killed, and never loads a torn checkpoint."""
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+import numpy as np
+
+from dormouse.container import load_ckpt
+from dormouse.rng import keyed_uniform
+from dormouse.train import RunPaths, read_jsonl
+from conftest import assert_same_run
+
+KILLS = 20
+# A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a sidecar) and frequent,
+# so that a good share of the wall time is spent inside a save and some kills land there.
+CONFIG = """
+steps = 400
+seq_len = 32
+batch = 4
+ckpt_every = 5
+log_every = 5
+eval_every = 50
+eval_batches = 1
+eval_depths = [1]
+threads = 1
+keep_ckpts = 2
+aux = true
+[model]
+d_model = 32
+n_heads = 2
+factor_rank = 16
+ngram_orders = [2, 3]
+ngram_slots = 131072
+ngram_dim = 32
+"""
+
+
+def train_cmd(cfg_file, run_dir, resume):
+    cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir), "--quiet"]
+    return cmd + (["--resume"] if resume else [])
+
+
+def n_rows(run_dir):
+    return len(read_jsonl(RunPaths(run_dir).metrics))
+
+
+def test_kill9_resume_is_bitwise(tmp_path):
+    cfg_file = tmp_path / "cfg.toml"
+    cfg_file.write_text(CONFIG)
+    ref = tmp_path / "ref"
+    r = subprocess.run(train_cmd(cfg_file, ref, False), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+
+    run = tmp_path / "killed"
+    kills = in_save = 0
+    resumed_from = []
+    delays = keyed_uniform(seed=2026, step=0, stream=99, n=200)
+    attempt = 0
+    while True:
+        proc = subprocess.Popen(train_cmd(cfg_file, run, attempt > 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        killed = False
+        if kills < KILLS:
+            start_rows = n_rows(run)
+            t0 = time.time()
+            # wait until this segment has trained at least one new step, then a seeded random extra delay
+            while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120: time.sleep(0.01)
+            time.sleep(float(delays[attempt]) * 0.6)
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                killed = True
+                kills += 1
+                # an atomic save writes `.step_N.dmck.tmp.<pid>` / `.step_N.ngram.tmp.<pid>`: one left by this pid = killed mid-save
+                if list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}")): in_save += 1
+        out, _ = proc.communicate(timeout=600)
+        if not killed:
+            assert proc.returncode == 0, out
+        for line in out.splitlines():
+            if line.startswith("resumed "): resumed_from.append(line.rsplit(" ", 1)[-1])
+        attempt += 1
+        if not killed: break
+        assert attempt < 200
+    print(f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint save, {len(resumed_from)} resumes")
+    assert kills >= KILLS, f"the run finished after only {kills} kills"
+    # every resume named a checkpoint that exists as a complete container or was rotated away later; none was torn
+    assert all(name.endswith(".dmck") for name in resumed_from)
+    for p in RunPaths(run).checkpoints(): load_ckpt(p)  # what is left loads cleanly
+    assert_same_run(ref, run)
