@@ -387,7 +387,7 @@ _LOST = {
     "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run had "
              "fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different forward.",
     "stress": "stress monitor history: not in a v{v} container. With stress on, the grad-norm window restarts empty, so "
-              "spike counts and the p99.9 cover only the steps after the resume (the model is unaffected: the LR is constant).",
+              "spike counts and the p99.9 cover only the steps after the resume; with stress_refuse the refused updates after it can differ too, and so can the model.",
     "env": "numeric environment: not in a v{v} container. The resume cannot check that the torch version, thread count, CPU "
            "capability, device and dtype settings match the original run's; bit-identity holds only if they do.",
 }
