@@ -240,28 +240,7 @@ def _v3_sections(state, sidecar):
     return out
 
 # %% ../nbs/08_container.ipynb #86aeb242
-def _fsync_dir(d: Path):
-    try: fd = os.open(d, os.O_RDONLY)
-    except OSError: return  # no directory fds on this platform
-    try: os.fsync(fd)
-    except OSError: pass
-    finally: os.close(fd)
-
-def _atomic_write(path, write_fn) -> Path:
-    "Write `path` atomically: `write_fn(f)` into a same-directory temp file, fsync, rename, fsync the directory."
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write_fn(f)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
-        raise
-    _fsync_dir(path.parent)
-    return path
+from .ngram import atomic_write as _atomic_write  # one atomic writer for containers and sidecars: temp file in the same directory, fsync, rename, fsync the directory
 
 def _write_section(f, n: int, bufs) -> int:
     "Write one section's buffers, checking its length; returns the running crc32."

@@ -205,8 +205,8 @@ def _fsync_dir(d: Path):
     except OSError: pass
     finally: os.close(fd)
 
-def atomic_write(path, write_fn):
-    "Write `path` atomically: `write_fn(f)` into a temp file in the same dir, fsync, os.replace, fsync the dir."
+def atomic_write(path, write_fn) -> Path:
+    "Write `path` atomically: `write_fn(f)` into a temp file in the same dir, fsync, os.replace, fsync the dir; returns `path`."
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
@@ -219,6 +219,7 @@ def atomic_write(path, write_fn):
         except FileNotFoundError: pass
         raise
     _fsync_dir(path.parent)
+    return path
 
 def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
                  tables: NgramTables,
