@@ -82,9 +82,14 @@ def test_resume_under_another_world_size_is_refused(cfg_file, uninterrupted, tmp
     assert r.returncode == 2 and "world_size" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, uninterrupted, tmp_path):
+def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path):
+    long_cfg = tmp_path / "long.toml"  # long enough that the kill lands mid-run on a fast machine too
+    long_cfg.write_text(cfg_file.read_text().replace("steps = 24", "steps = 120"))
+    ref = tmp_path / "ref"
+    r = torchrun(long_cfg, ref)
+    assert r.returncode == 0, r.stdout + r.stderr
     run = tmp_path / "killed"
-    proc = torchrun(cfg_file, run, wait=False)
+    proc = torchrun(long_cfg, run, wait=False)
     t0 = time.time()
     while len(read_jsonl(RunPaths(run).metrics)) < 6 and proc.poll() is None and time.time() - t0 < 300: time.sleep(0.02)
     assert proc.poll() is None, "the run finished before a rank could be killed"
@@ -94,6 +99,6 @@ def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, uninterru
     os.kill(ranks[-1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0, "killing a rank must fail the job"
-    r = torchrun(cfg_file, run, "--resume")
+    r = torchrun(long_cfg, run, "--resume")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert_same_run(uninterrupted, run)
+    assert_same_run(ref, run)
