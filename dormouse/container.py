@@ -112,20 +112,43 @@ def _st_parts(tensors: dict, metadata: dict | None = None):
 
 class _Src:
     "A byte range of an open file, read with a running crc32; a short read is a truncation."
-    def __init__(self, f, n: int): self.f, self.left, self.crc = f, n, 0
+    def __init__(self, f, n: int):
+        self.f, self.left, self._crc = f, n, 0
+        self._queue, self._worker = None, None  # big reads are checksummed on a thread while the next slice is read
+    def _sum(self, view) -> None:
+        "Fold `view` into the checksum, in order: inline, or queued to the checksum thread once it runs."
+        if self._queue is None: self._crc = zlib.crc32(view, self._crc)
+        else: self._queue.put(view)
+    def _start(self) -> None:
+        import queue, threading
+        self._queue = queue.SimpleQueue()
+        def work():
+            while (v := self._queue.get()) is not None: self._crc = zlib.crc32(v, self._crc)
+        self._worker = threading.Thread(target=work, daemon=True)
+        self._worker.start()
+    def close(self) -> None:
+        "Wait for the checksum thread (if any) to fold in everything read."
+        if self._worker is not None:
+            self._queue.put(None); self._worker.join()
+            self._queue = self._worker = None
+    @property
+    def crc(self) -> int:
+        self.close()
+        return self._crc
     def read(self, n: int) -> bytes:
         if n > self.left: raise ValueError(f"needs {n} bytes, only {self.left} left in the section")
         b = self.f.read(n)
         if len(b) < n: raise ValueError("file ended early (truncated)")
-        self.left -= n; self.crc = zlib.crc32(b, self.crc)
+        self.left -= n; self._sum(b)
         return b
     def readinto(self, buf):
         mv, pos = memoryview(buf).cast("B"), 0
         if len(mv) > self.left: raise ValueError(f"needs {len(mv)} bytes, only {self.left} left in the section")
+        if self._worker is None and len(mv) >= _CHUNK: self._start()  # crc32 and readinto both release the GIL
         while pos < len(mv):
             k = self.f.readinto(mv[pos:pos + _CHUNK])
             if not k: raise ValueError("file ended early (truncated)")
-            self.crc = zlib.crc32(mv[pos:pos + k], self.crc); pos += k
+            self._sum(mv[pos:pos + k]); pos += k
         self.left -= len(mv)
 
 def _st_read(src: _Src):
@@ -391,8 +414,10 @@ def _read_section(f, path, name: str, off: int, n: int, crc, parse):
         val = parse(src)
         if src.left: raise ValueError(f"{src.left} unparsed bytes at the end of the section")
     except Exception as e:  # whatever a parser raises on bad bytes is a refusal of this section
+        src.close()
         if crc is not None and _crc_range(f, off, n) != crc: raise CheckpointError(path, name, "checksum mismatch (corrupt section)") from None
         raise CheckpointError(path, name, f"cannot parse: {e}") from None
+    finally: src.close()
     if crc is not None and src.crc != crc: raise CheckpointError(path, name, "checksum mismatch (corrupt section)")
     return val
 
