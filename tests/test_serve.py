@@ -125,7 +125,7 @@ def test_generate_is_a_function_of_the_seed(server):
     r = subprocess.run([sys.executable, "-m", "dormouse.cli", "generate", "--ckpt", str(ckpt), "--prompt", req["prompt"],
                         "--max-bytes", "48", "--temperature", "0.9", "--seed", "5"], cwd=ROOT, capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
-    assert r.stdout == a + b"\n"
+    assert r.stdout == req["prompt"].encode() + a + b"\n"  # the CLI shows the prompt, then its completion
     # greedy ignores the seed; defaults apply when fields are left out
     assert completion(url, prompt="abc", max_bytes=16, temperature=0, seed=1) == completion(url, prompt="abc", max_bytes=16, temperature=0, seed=2)
     assert completion(url, prompt="abc") == generate(m, "abc", max_bytes=200, temperature=0.8, top_k=0, seed=1)
