@@ -110,45 +110,48 @@ def _st_parts(tensors: dict, metadata: dict | None = None):
             if t.numel(): yield _raw(t.detach().cpu().contiguous())
     return n, gen()
 
-class _Src:
-    "A byte range of an open file, read with a running crc32; a short read is a truncation."
-    def __init__(self, f, n: int):
-        self.f, self.left, self._crc = f, n, 0
-        self._queue, self._worker = None, None  # big reads are checksummed on a thread while the next slice is read
-    def _sum(self, view) -> None:
-        "Fold `view` into the checksum, in order: inline, or queued to the checksum thread once it runs."
-        if self._queue is None: self._crc = zlib.crc32(view, self._crc)
-        else: self._queue.put(view)
-    def _start(self) -> None:
+class _Checksum:
+    "A running crc32. Once `start`ed, slices are folded in, in order, on a thread while the caller does the next I/O (crc32, read and write all release the GIL)."
+    def __init__(self): self.value, self._queue, self._worker = 0, None, None
+    def start(self) -> None:
         import queue, threading
+        if self._worker is not None: return
         self._queue = queue.SimpleQueue()
         def work():
-            while (v := self._queue.get()) is not None: self._crc = zlib.crc32(v, self._crc)
+            while (v := self._queue.get()) is not None: self.value = zlib.crc32(v, self.value)
         self._worker = threading.Thread(target=work, daemon=True)
         self._worker.start()
-    def close(self) -> None:
-        "Wait for the checksum thread (if any) to fold in everything read."
+    def add(self, view) -> None:
+        "Fold `view` in: inline, or queued to the thread once it runs (the caller must not reuse `view`'s memory)."
+        if self._queue is None: self.value = zlib.crc32(view, self.value)
+        else: self._queue.put(view)
+    def close(self) -> int:
+        "Wait for the thread (if any); the checksum of everything added."
         if self._worker is not None:
             self._queue.put(None); self._worker.join()
             self._queue = self._worker = None
+        return self.value
+
+class _Src:
+    "A byte range of an open file, read with a running crc32; a short read is a truncation."
+    def __init__(self, f, n: int): self.f, self.left, self._sum = f, n, _Checksum()
+    def close(self) -> None: self._sum.close()
     @property
-    def crc(self) -> int:
-        self.close()
-        return self._crc
+    def crc(self) -> int: return self._sum.close()
     def read(self, n: int) -> bytes:
         if n > self.left: raise ValueError(f"needs {n} bytes, only {self.left} left in the section")
         b = self.f.read(n)
         if len(b) < n: raise ValueError("file ended early (truncated)")
-        self.left -= n; self._sum(b)
+        self.left -= n; self._sum.add(b)
         return b
     def readinto(self, buf):
         mv, pos = memoryview(buf).cast("B"), 0
         if len(mv) > self.left: raise ValueError(f"needs {len(mv)} bytes, only {self.left} left in the section")
-        if self._worker is None and len(mv) >= _CHUNK: self._start()  # crc32 and readinto both release the GIL
+        if len(mv) >= _CHUNK: self._sum.start()  # big reads: checksum the last slice while reading the next
         while pos < len(mv):
             k = self.f.readinto(mv[pos:pos + _CHUNK])
             if not k: raise ValueError("file ended early (truncated)")
-            self._sum(mv[pos:pos + k]); pos += k
+            self._sum.add(mv[pos:pos + k]); pos += k
         self.left -= len(mv)
 
 def _st_read(src: _Src):
@@ -267,7 +270,7 @@ from .ngram import atomic_write as _atomic_write  # one atomic writer for contai
 
 def _write_section(f, n: int, bufs) -> int:
     "Write one section's buffers, checking its length; returns the running crc32."
-    crc, got = 0, 0
+    crc, got = 0, 0  # inline: a checksum thread here measured slower (it competes with the page-cache writes)
     for b in bufs:
         mv = memoryview(b).cast("B")
         for i in range(0, len(mv), _CHUNK):
