@@ -126,7 +126,8 @@ class DormouseModel(nn.Module):
                             depth: int,  # core-block repeats
                             ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
                             mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+                            logits: bool = True,  # False: skip coda and head (a teacher needs only `hidden`); logits is None
+                           ) -> tuple[torch.Tensor | None, torch.Tensor]:
         "(logits [B, T, 256], hidden [B, T, d]) where hidden is the core loop's output."
         if depth < 1: raise ValueError(f"depth={depth} must be >= 1")
         with self._autocast(x):
@@ -137,8 +138,9 @@ class DormouseModel(nn.Module):
                 h = torch.where(mask.unsqueeze(-1), self.mask_emb.to(h.dtype), h)
             h = self.prelude(h)
             for _ in range(depth): h = self.core(h)
-            logits = self.head(self.norm(self.coda(h)))
-        return logits.float(), h.float()
+            if not logits: return None, h.float()
+            out = self.head(self.norm(self.coda(h)))
+        return out.float(), h.float()
 
     def forward(self, x: torch.Tensor, depth: int, ngram: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None,  # JEPA mask, as in `forward_with_hidden`
@@ -237,7 +239,7 @@ def compute_losses(model: DormouseModel,  # the student
     ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
     with torch.no_grad():
         if teacher is not None:
-            _, th = teacher.forward_with_hidden(x, depth, None if ngram is None else ngram.detach())
+            _, th = teacher.forward_with_hidden(x, depth, None if ngram is None else ngram.detach(), logits=False)
             target = F.layer_norm(th, th.shape[-1:])
         else:  # the same normalisation, row by row, scattered to [B, T, d]: the loss below is then the teacher path's, bitwise
             n, d = int(mask.sum()), pred.shape[-1]

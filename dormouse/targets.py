@@ -170,7 +170,7 @@ def precompute_jepa_targets(cfg: TrainCfg,  # the run the targets are for
             depth = depth_for_step(cfg, s)
             with torch.no_grad():
                 xd = x.to(device)
-                _, th = teacher.forward_with_hidden(xd, depth, tables.lookup(xd) if tables is not None else None)
+                _, th = teacher.forward_with_hidden(xd, depth, tables.lookup(xd) if tables is not None else None, logits=False)
                 h = th[mask.to(device)].to("cpu", torch.float32).contiguous()
             records.append({"step": s, "shard": len(shards), "offset": rows, "count": int(h.shape[0]),
                             "batch_index": s + pb, "depth": depth, "mask_sha256": mask_digest(mask)})
