@@ -13,8 +13,8 @@ from .rng import splitmix64
 
 # %% auto #0
 __all__ = ['PAD', 'CHUNK_BYTES', 'SIDECAR_MAGIC', 'SIDECAR_VERSION', 'ngram_ids', 'table_zeros', 'NgramTables',
-           'fingerprint_update', 'SidecarError', 'SidecarHeader', 'atomic_write', 'save_sidecar', 'read_sidecar_header',
-           'load_sidecar']
+           'fingerprint_update', 'SidecarError', 'SidecarHeader', 'fsync_dir', 'atomic_write', 'save_sidecar',
+           'read_sidecar_header', 'load_sidecar']
 
 # %% ../nbs/05_ngram.ipynb #f6e2f779
 PAD = 256  # what positions before the start of a row read; no byte has this value
@@ -198,7 +198,8 @@ def _header_bytes(tables: NgramTables, train_step: int) -> bytes:
     return h + hashlib.sha256(h).digest()
 
 # %% ../nbs/05_ngram.ipynb #45991162
-def _fsync_dir(d: Path):
+def fsync_dir(d: Path):
+    "fsync a directory, so a rename inside it is durable (a no-op where directories cannot be opened)."
     try: fd = os.open(d, os.O_RDONLY)
     except OSError: return  # platforms without directory fds
     try: os.fsync(fd)
@@ -218,7 +219,7 @@ def atomic_write(path, write_fn) -> Path:
         try: os.unlink(tmp)
         except FileNotFoundError: pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 def save_sidecar(path,  # e.g. ckpt/step_000100.ngram

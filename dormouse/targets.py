@@ -94,12 +94,7 @@ def load_teacher(cfg: TrainCfg,  # the run the targets are for (its model shape)
     return model, tables, {**info, "path": str(p), "container_version": int(ck.version)}
 
 # %% ../nbs/13_targets.ipynb #ab1adf02
-def _fsync_dir(d: Path) -> None:
-    try: fd = os.open(d, os.O_RDONLY)
-    except OSError: return
-    try: os.fsync(fd)
-    except OSError: pass
-    finally: os.close(fd)
+from .ngram import fsync_dir as _fsync_dir  # the same directory fsync the checkpoint writers use
 
 def _write_bytes(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
