@@ -1,12 +1,10 @@
-"""Shared helpers for dormouse's pytest suite: tiny configs and run comparisons that are exact, never approximate."""
-import dataclasses, shutil
+"""Shared helpers for dormouse's pytest suite: run comparisons that are exact, never approximate."""
 from pathlib import Path
 
-import pytest
 import torch
 
 from dormouse.container import load_ckpt
-from dormouse.train import RunPaths, read_jsonl, tiny_cfg
+from dormouse.train import RunPaths, read_jsonl
 
 
 def losses(run_dir):
@@ -52,7 +50,3 @@ def assert_same_run(run_a, run_b):
     for s in common: assert fa[s] == fb[s], f"fingerprint differs at step {s}"
     assert_same_state(final_ckpt(run_a), final_ckpt(run_b))
 
-
-@pytest.fixture
-def tiny():
-    return tiny_cfg
