@@ -7,7 +7,7 @@
    of that: per step the batch `corpus.batch_at(step + pre_batches)`, `tables.lookup`, `compute_losses`,
    `zero_grad`, `backward`, `clip_grad_norm_`, set lr, `optim.step`, `tables.step` -- nothing else. Both
    start from their own `build_parts(cfg)` (same model, init, AdamW, n-gram tables), run under the same
-   `numeric_setup` (threads, deterministic algorithms) in this process, and read the same batches.
+   `run_scope` (threads, deterministic algorithms) in this process, and read the same batches.
    Steady state: the steps after a warm-up, over whole checkpoint periods -- from the end of step
    `ckpt_every - 1` to the end of the last step, read from fit's own metrics column "t" -- so the window
    holds exactly one checkpoint per `ckpt_every` steps and one fingerprint per `log_every` steps.
@@ -52,7 +52,10 @@ import dormouse.train as train_mod
 from dormouse.config import TrainCfg
 from dormouse.data import load_corpus
 from dormouse.model import compute_losses
-from dormouse.train import RunPaths, build_parts, fit, lr_at, numeric_setup, pre_batches, read_jsonl
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.parts import build_parts
+from dormouse.train import fit
+from dormouse.step import lr_at, pre_batches
 
 TARGET = 0.95
 
@@ -108,7 +111,7 @@ class Timers:
     `pair` a hand-loop step runs next to each of fit's `train_step` calls (after it on even steps, before it on
     odd ones), timed separately by step."""
     FUNCS = ("train_step", "state_fingerprint", "to_run_state", "save_run_ckpt", "append_jsonl", "write_jsonl",
-             "evaluate", "_check_fingerprints", "_agree_max", "_barrier")
+             "evaluate", "check_fingerprints", "agree_max", "barrier")
     METHODS = ("write", "sync")  # of MetricsLog, where dormouse.train has one
 
     def __init__(self):
@@ -205,7 +208,8 @@ def main(argv=None):
 
     cfg = TrainCfg(threads=a.threads, steps=a.steps, ckpt_every=a.ckpt_every, log_every=a.log_every, eval=False)
     assert not cfg.rand_depth and not cfg.aux, "the hand loop is written for the default (fixed depth, no aux) model"
-    numeric_setup(cfg, "cpu")  # what fit sets: threads + deterministic algorithms, for both sides
+    torch.set_num_threads(cfg.threads)  # what fit sets (its run_scope): threads + deterministic algorithms, both sides
+    torch.use_deterministic_algorithms(True)
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     m = cfg.model
     n_params = sum(p.numel() for p in build_parts(cfg).model.parameters())

@@ -101,7 +101,7 @@ def cmd_inspect(args) -> int:
     return 2 if "verdict: REFUSED" in text else 0  # a damaged container is an error for scripts too
 
 def cmd_compare(args) -> int:
-    from dormouse.train import compare_runs
+    from dormouse.view import compare_runs
     res = compare_runs(args.run_a, args.run_b)
     print(res)
     return 0 if res.first_diff is None and res.through >= 0 else 1
@@ -109,7 +109,7 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     import matplotlib
     matplotlib.use("Agg")
-    from dormouse.train import plot_run
+    from dormouse.view import plot_run
     plot_run(args.run_dir).savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
     return 0
@@ -130,7 +130,7 @@ COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "i
 def _user_errors() -> tuple:
     from dormouse.container import CheckpointError
     from dormouse.data import CorpusError
-    from dormouse.train import EnvDriftError
+    from dormouse.numerics import EnvDriftError
     from dormouse.targets import TargetsError
     return (ConfigError, DriftError, EnvDriftError, CheckpointError, CorpusError, TargetsError, FileNotFoundError, IsADirectoryError)
 

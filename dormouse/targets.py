@@ -15,7 +15,8 @@ from .data import load_corpus
 from .mask import mask_stream
 from .model import DormouseModel, depth_for_step, freeze
 from .quant import FallbackLatch, apply_compute_settings
-from .train import numeric_setup, pre_batches
+from .numerics import run_scope
+from .step import pre_batches
 
 # %% auto #0
 __all__ = ['FORMAT', 'VERSION', 'INDEX_NAME', 'SHARD_STEPS', 'COMPUTE_MODES', 'TargetsError', 'mask_digest', 'canonical_json',
@@ -134,6 +135,13 @@ def precompute_jepa_targets(cfg: TrainCfg,  # the run the targets are for
                             device: str | None = None,  # "cpu" (default, or $DORMOUSE_DEVICE) or "cuda"
                            ) -> Path:
     "Run a frozen model over exactly the batches and masks of `cfg`'s steps; write its masked hidden states. Returns `out_path`."
+    device = device or os.environ.get("DORMOUSE_DEVICE", "cpu")
+    with run_scope(cfg.threads, device):  # the run's threads and deterministic algorithms; the caller's come back
+        return _precompute(cfg, teacher_ckpt, out_path, steps, progress, shard_steps, compute, device)
+
+def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_steps: int, compute: str,
+                device: str) -> Path:
+    "The body of `precompute_jepa_targets`, inside the run's numeric scope."
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
     out = Path(out_path)
     if out.exists() or out.is_symlink():
@@ -141,8 +149,6 @@ def precompute_jepa_targets(cfg: TrainCfg,  # the run the targets are for
                            "Write to a new path, or delete the old one first.")
     steps = cfg.steps if steps is None else int(steps)
     if steps < 0 or shard_steps < 1: raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
-    device = device or os.environ.get("DORMOUSE_DEVICE", "cpu")
-    numeric_setup(cfg, device)
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
         raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "

@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 
 from dormouse.container import load_ckpt
-from dormouse.train import RunPaths, read_jsonl
+from dormouse.rundir import RunPaths, read_jsonl
 
 
 def losses(run_dir):

@@ -7,8 +7,8 @@ import numpy as np
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
-from dormouse.train import RunPaths, read_jsonl
-from conftest import assert_same_run
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import assert_same_run
 
 KILLS = 20
 # A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a sidecar) and frequent,

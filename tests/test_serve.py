@@ -18,7 +18,8 @@ REQ_TIMEOUT = 60  # seconds per request
 def _make_ckpt(run_dir: Path) -> Path:
     "A tiny trained run's last checkpoint (trainer), or, while the trainer is not importable, a fresh model's."
     try:
-        from dormouse.train import fit, tiny_cfg
+        from dormouse.train import fit
+        from dormouse.testing import tiny_cfg
     except ImportError as e:  # build the run directory by hand: config.toml + container + sidecar
         print(f"dormouse.train not importable ({e}); building a checkpoint from a fresh model")
         import torch

@@ -8,10 +8,14 @@ import torch
 
 from dormouse.config import DriftError, read_snapshot
 from dormouse.container import list_ckpts, load_ckpt, numeric_env, save_run_ckpt
-from dormouse.train import RunPaths, build_parts, fit, pre_batches, read_jsonl, tiny_cfg, to_run_state
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.parts import build_parts, to_run_state
+from dormouse.train import fit
+from dormouse.step import pre_batches
+from dormouse.testing import tiny_cfg
 import dormouse.targets as targets_mod
 from dormouse.targets import TargetsError, open_targets, precompute_jepa_targets
-from conftest import assert_same_run, final_ckpt, losses
+from dormouse.testing import assert_same_run, final_ckpt, losses
 
 STEPS = 24
 COMBOS = {"default": dict(), "fp8-check-rand": dict(quant="fp8", quant_check=True, rand_depth=True)}
