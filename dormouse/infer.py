@@ -92,8 +92,9 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
     "Run a block under these numeric settings; restore threads, deterministic mode, matmul precision and env on exit."
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ConfigError(f"threads={threads!r}: use an integer >= 1, or None to leave torch's thread count as it is")
-    n, det, warn = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    precision, saved_env = torch.get_float32_matmul_precision(), {k: os.environ.get(k) for k in (env or {})}
+    n, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
     def put_env(values: dict) -> None:
         for k, v in values.items():
             if v is None: os.environ.pop(k, None)
@@ -105,8 +106,8 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
         yield
     finally:
         if torch.get_num_threads() != n: torch.set_num_threads(n)
-        if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) != (det, warn):
-            torch.use_deterministic_algorithms(det, warn_only=warn)
+        now = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+        if now != (det, warn): torch.use_deterministic_algorithms(det, warn_only=warn)
         if torch.get_float32_matmul_precision() != precision: torch.set_float32_matmul_precision(precision)
         put_env(saved_env)
 
@@ -147,7 +148,8 @@ class InferenceModel:
         if not ctx: raise ValueError("next_logits: the context is empty; the model needs at least one byte")
         dev = next(self.model.parameters()).device
         x = torch.tensor(list(ctx), dtype=torch.int64, device=dev).unsqueeze(0)
-        env = {"CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")} if dev.type == "cuda" else None
+        cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, as in fit
+        env = {"CUBLAS_WORKSPACE_CONFIG": cublas} if dev.type == "cuda" else None
         with FORWARD_LOCK, numeric_scope(self.threads, env=env), torch.inference_mode():
             feats = None if self.tables is None else self.tables.lookup(x)
             logits = self.model(x, self.depth, feats)
@@ -177,7 +179,7 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
                        cfg=None,  # None: the run's config.toml; else a TrainCfg, a config file or a nested dict
                        depth: int | None = None,  # core depth of the forward (default: the run's model.depth)
                        device: str = "cpu",  # where the model runs
-                       threads: int | None = None,  # forward's torch threads: None = the run's `threads`, if known; 0 = the caller's
+                       threads: int | None = None,  # forward's threads: None = the run's, if known; 0 = the caller's
                        log=_log_stderr,  # where warnings go
                       ) -> InferenceModel:
     "Build the model of a checkpoint for inference: its weights, its n-gram tables, eval mode, no grad."
@@ -185,7 +187,7 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
     if not path.is_file(): raise FileNotFoundError(f"no checkpoint at {path}")
     _compute_cfg(TrainCfg(), quant)  # reject a bad quant before reading anything
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
-        raise InferenceError(f"threads={threads!r}: use an integer >= 1, 0 for the caller's thread count, or None for the run's")
+        raise InferenceError(f"threads={threads!r}: use an integer >= 1, 0 (the caller's count) or None (the run's)")
     with numeric_scope():  # whatever loading touches, the caller gets its settings back
         return _load_model_weights(path, quant, cfg, depth, device, threads, log)
 
@@ -244,10 +246,10 @@ def _is_int(v) -> bool: return isinstance(v, numbers.Integral) and not isinstanc
 def check_generate_args(prompt, max_bytes, temperature, top_k, seed) -> bytes:
     "Validate `generate`'s arguments (raising `GenerateArgError` naming the argument); returns the prompt as bytes."
     if isinstance(prompt, str):
-        try: prompt = prompt.encode("utf-8", "surrogateescape")  # undecodable bytes (argv, os.fsdecode) come back as bytes
+        try: prompt = prompt.encode("utf-8", "surrogateescape")  # undecodable bytes (argv, os.fsdecode) are bytes again
         except UnicodeEncodeError as e:
-            raise GenerateArgError("prompt", f"is not text: {e.object[e.start]!r} at index {e.start} is a lone surrogate "
-                                   "that is no escaped byte; pass bytes to give arbitrary bytes") from None
+            raise GenerateArgError("prompt", f"is not text: {e.object[e.start]!r} at index {e.start} is a lone "
+                                   "surrogate that is no escaped byte; pass bytes to give arbitrary bytes") from None
     if not isinstance(prompt, (bytes, bytearray, memoryview)):
         raise GenerateArgError("prompt", f"must be bytes or str, not {type(prompt).__name__}")
     prompt = bytes(prompt)
@@ -413,9 +415,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.settimeout(left)
                 chunk = self.rfile.read1(n - len(buf))
             except TimeoutError:
-                raise RequestError(408, f"the body stopped after {len(buf)} of its {n} bytes (Content-Length) and nothing more "
-                                   f"came within {limit:g} s; send the whole body at once", "body") from None
-            if not chunk: raise RequestError(400, f"the body ended after {len(buf)} of its {n} bytes (Content-Length)", "body")
+                raise RequestError(408, f"the body stopped after {len(buf)} of its {n} bytes (Content-Length) and "
+                                   f"nothing more came within {limit:g} s; send the whole body", "body") from None
+            if not chunk:
+                raise RequestError(400, f"the body ended after {len(buf)} of its {n} bytes (Content-Length)", "body")
             buf += chunk
         self.connection.settimeout(limit)
         return bytes(buf)
@@ -425,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
         try: req = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e: raise RequestError(400, f"the body is not valid JSON: {e}", "body") from None
         except RecursionError:
-            raise RequestError(400, "the body is not valid JSON for this server: nested too deeply to parse", "body") from None
+            raise RequestError(400, "the body is not valid JSON for this server: nested too deeply", "body") from None
         args = parse_generate_request(req, self.server.max_bytes_limit)
         out = generate(self.server.infer, **args)
         return {"completion": out.decode("utf-8", errors="replace"), "completion_b64": base64.b64encode(out).decode("ascii"),
@@ -442,8 +445,8 @@ class GenerateServer(ThreadingHTTPServer):
     request_queue_size = 128  # listen backlog: a burst of clients waits in the kernel's queue instead of being reset
     allow_reuse_port = False  # a port another server listens on is an error, never shared
 
-    def __init__(self, address: tuple, infer: InferenceModel | None, max_bytes_limit: int, max_body: int, quiet: bool = False,
-                 read_timeout: float = 5.0):
+    def __init__(self, address: tuple, infer: InferenceModel | None, max_bytes_limit: int, max_body: int,
+                 quiet: bool = False, read_timeout: float = 5.0):
         self.infer, self.max_bytes_limit, self.max_body, self.quiet = infer, max_bytes_limit, max_body, quiet
         self.read_timeout = read_timeout
         super().__init__(address, _Handler)
@@ -469,22 +472,24 @@ def is_loopback(host: str) -> bool:
     try: return ipaddress.ip_address(host).is_loopback
     except ValueError: return False
 
-_BIND_HINTS = {errno.EADDRINUSE: "is in use (another server?): stop that server, or pick another port (0 = any free one)",
-               errno.EACCES: "needs privileges (ports below 1024): use a port from 1024 to 65535",
-               errno.EADDRNOTAVAIL: "is not an address of this machine: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)"}
+_BIND_HINTS = {  # errno of a failed bind -> what it means and what to do
+    errno.EADDRINUSE: "is in use (another server?): stop that server, or pick another port (0 = any free one)",
+    errno.EACCES: "needs privileges (ports below 1024): use a port from 1024 to 65535",
+    errno.EADDRNOTAVAIL: "is not an address of this machine: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)"}
 
 def bind_address(host: str,  # a name or an IP address of this machine
                  port: int,  # 0..65535 (0 = any free port)
                 ) -> tuple[int, tuple]:
-    "(address family, socket address) to listen on, or `ServeError` saying what is wrong with host or port and what to do."
+    "(address family, socket address) to listen on, or `ServeError` saying what is wrong and what to do."
     if not _is_int(port) or not 0 <= port <= 65535:
         raise ServeError(f"port {port!r} is not a TCP port: use 1024..65535, or 0 for any free port")
     if not isinstance(host, str) or not host:
         raise ServeError(f"host {host!r} is not a host name: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)")
     try: infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as e:
-        raise ServeError(f"host {host!r} does not resolve ({getattr(e, 'strerror', None) or e}): use an address of this "
-                         "machine, such as 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)") from None
+        why = getattr(e, "strerror", None) or e
+        raise ServeError(f"host {host!r} does not resolve ({why}): use an address of this machine, such as "
+                         "127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)") from None
     family, _, _, _, address = infos[0]
     return family, address
 
@@ -494,7 +499,7 @@ def make_server(ckpt,  # a container path, or an InferenceModel
                 max_bytes_limit: int = 2048,  # largest max_bytes a request may ask for
                 max_body: int = 65536,  # largest request body in bytes (larger: 413)
                 quiet: bool = False,  # no per-request log lines on stderr
-                read_timeout: float = 5.0,  # seconds a client may take to send its request line, headers and body (else 408)
+                read_timeout: float = 5.0,  # seconds a client may take to send its request, headers and body (else 408)
                 **load_kw,  # passed to load_model_weights (quant, cfg, depth, device)
                ) -> GenerateServer:
     "Bind the server, then load the model (not serving yet); a bad host or port fails before anything is loaded."
@@ -506,7 +511,8 @@ def make_server(ckpt,  # a container path, or an InferenceModel
     cls = _GenerateServer6 if family == socket.AF_INET6 else GenerateServer
     try: server = cls(address, None, int(max_bytes_limit), int(max_body), quiet, float(read_timeout))
     except OSError as e:
-        raise ServeError(f"cannot listen on {host}:{port}: the port {_BIND_HINTS.get(e.errno, e.strerror or str(e))}") from None
+        hint = _BIND_HINTS.get(e.errno, e.strerror or str(e))
+        raise ServeError(f"cannot listen on {host}:{port}: the port {hint}") from None
     try: server.infer = ckpt if isinstance(ckpt, InferenceModel) else load_model_weights(ckpt, **load_kw)
     except BaseException:
         server.server_close()
