@@ -511,7 +511,7 @@ def make_server(ckpt,  # a container path, or an InferenceModel
     cls = _GenerateServer6 if family == socket.AF_INET6 else GenerateServer
     try: server = cls(address, None, int(max_bytes_limit), int(max_body), quiet, float(read_timeout))
     except OSError as e:
-        hint = _BIND_HINTS.get(e.errno, e.strerror or str(e))
+        hint = _BIND_HINTS.get(e.errno, f"cannot be bound ({e.strerror or e}): use 127.0.0.1 and a free port (0 = any)")
         raise ServeError(f"cannot listen on {host}:{port}: the port {hint}") from None
     try: server.infer = ckpt if isinstance(ckpt, InferenceModel) else load_model_weights(ckpt, **load_kw)
     except BaseException:
