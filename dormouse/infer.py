@@ -18,13 +18,13 @@ from .rng import STREAM_SAMPLE, keyed_uniform
 from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
 from .model import N_VOCAB, DormouseModel
+from .numerics import numeric_scope
 
 # %% auto #0
 __all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'ROUTES', 'REQUEST_FIELDS', 'InferenceError', 'find_config',
-           'infer_model_shape', 'resolve_cfg', 'numeric_scope', 'InferenceModel', 'load_model_weights',
-           'GenerateArgError', 'check_generate_args', 'sample_byte', 'generate', 'RequestError',
-           'parse_generate_request', 'ServeError', 'GenerateServer', 'is_loopback', 'bind_address', 'make_server',
-           'serve']
+           'infer_model_shape', 'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError',
+           'check_generate_args', 'sample_byte', 'generate', 'RequestError', 'parse_generate_request', 'ServeError',
+           'GenerateServer', 'is_loopback', 'bind_address', 'make_server', 'serve']
 
 # %% ../nbs/10_infer.ipynb #1dbac3af
 class InferenceError(ConfigError):
@@ -82,34 +82,6 @@ def resolve_cfg(ckpt_path,  # the container
     d = _merge(cfg_to_dict(TrainCfg()), {"model": shape})
     d = _merge(d, given)
     return cfg_from_dict(d), "state-dict shapes + cfg argument"
-
-# %% ../nbs/10_infer.ipynb #5c0e7a12
-@contextlib.contextmanager
-def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the block (None: leave as is)
-                  deterministic: bool = True,  # torch.use_deterministic_algorithms inside the block
-                  env: dict | None = None,  # environment variables to set inside ({name: value}, None: unset)
-                 ) -> Iterator[None]:
-    "Run a block under these numeric settings; restore threads, deterministic mode, matmul precision and env on exit."
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConfigError(f"threads={threads!r}: use an integer >= 1, or None to leave torch's thread count as it is")
-    n, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
-    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    saved_env = {k: os.environ.get(k) for k in (env or {})}
-    def put_env(values: dict) -> None:
-        for k, v in values.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = str(v)
-    try:
-        put_env(env or {})
-        if threads is not None and threads != n: torch.set_num_threads(threads)
-        if bool(deterministic) != det or warn: torch.use_deterministic_algorithms(bool(deterministic))
-        yield
-    finally:
-        if torch.get_num_threads() != n: torch.set_num_threads(n)
-        now = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-        if now != (det, warn): torch.use_deterministic_algorithms(det, warn_only=warn)
-        if torch.get_float32_matmul_precision() != precision: torch.set_float32_matmul_precision(precision)
-        put_env(saved_env)
 
 # %% ../nbs/10_infer.ipynb #9f1fb88e
 FORWARD_LOCK = threading.Lock()  # one forward at a time in the process: numeric settings are process state

@@ -56,30 +56,41 @@ def check_env(saved: dict | None,  # the checkpoint's record (None: a legacy con
     return {k: [a, b] for k, (a, b) in drift.items()}
 
 # %% ../nbs/04b_numerics.ipynb #3409bf6e
+def _put_env(values: dict) -> None:
+    "Set (or, for None, unset) environment variables."
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = str(v)
+
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's
                   deterministic: bool = True,  # torch.use_deterministic_algorithms inside the scope
-                  env: dict | None = None,  # environment variables set inside the scope
+                  env: dict | None = None,  # environment variables set inside the scope ({name: value})
                  ):
     "Apply numeric settings for the duration of a call; restore the caller's on return and on exception."
-    threads0, det0 = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    warn0, prec0 = torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_float32_matmul_precision()
-    env0 = {k: os.environ.get(k) for k in (env or {})}
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"threads={threads!r}: use an integer >= 1, or None to leave torch's thread count as it is")
+    n, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
     try:
-        os.environ.update(env or {})
-        if threads is not None:
+        _put_env(env or {})
+        if threads is not None and threads != n:
             torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
+        if bool(deterministic) != det or warn:
+            torch.use_deterministic_algorithms(bool(deterministic))
         yield
     finally:
-        for k, v in env0.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        torch.set_num_threads(threads0)
-        torch.use_deterministic_algorithms(det0, warn_only=warn0)
-        torch.set_float32_matmul_precision(prec0)
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+        now = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+        if now != (det, warn):
+            torch.use_deterministic_algorithms(det, warn_only=warn)
+        if torch.get_float32_matmul_precision() != precision:
+            torch.set_float32_matmul_precision(precision)
+        _put_env(saved_env)
 
 def run_scope(threads: int,  # the run's `threads`
               device: str,  # "cpu" or "cuda[:i]"

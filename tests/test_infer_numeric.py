@@ -8,8 +8,10 @@ import torch
 
 from dormouse.config import ConfigError
 from dormouse.infer import (FORWARD_LOCK, GenerateArgError, InferenceError, ServeError, generate, load_model_weights,
-                            numeric_scope, serve)
-from dormouse.train import fit, tiny_cfg
+                            serve)
+from dormouse.numerics import numeric_scope
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
 
 
 def state() -> tuple:

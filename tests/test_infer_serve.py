@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dormouse.infer import InferenceError, ServeError, generate, load_model_weights, make_server
-from dormouse.train import fit, tiny_cfg
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 64  # concurrent clients the backlog must take
