@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from dormouse.config import DriftError, read_snapshot
-from dormouse.container import list_ckpts, load_ckpt, numeric_env, save_run_ckpt
+from dormouse.checkpoints import list_ckpts, save_run_ckpt
+from dormouse.container import load_ckpt, numeric_env
 from dormouse.train import RunPaths, build_parts, fit, pre_batches, read_jsonl, tiny_cfg, to_run_state
 import dormouse.targets as targets_mod
 from dormouse.targets import TargetsError, open_targets, precompute_jepa_targets
