@@ -57,8 +57,9 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
                 quant: str | None = None,  # factor format in force, if the caller wants it recorded
                ) -> dict:
     "The facts bit-identity depends on: torch build, threads, CPU capability, device, dtype settings, world size."
-    env = {"torch": str(torch.__version__), "threads": int(threads), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "device": str(device), "world_size": int(world_size), "bf16_autocast": bool(bf16),
+    env = {"torch": str(torch.__version__), "threads": int(threads),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
+           "world_size": int(world_size), "bf16_autocast": bool(bf16),
            "default_dtype": str(torch.get_default_dtype()).removeprefix("torch."),
            "float32_matmul_precision": torch.get_float32_matmul_precision(),
            "deterministic": torch.are_deterministic_algorithms_enabled(), "quant": quant}
@@ -111,13 +112,17 @@ def _meta_bytes(state, sidecar) -> bytes:
     if state.env is None and not missing:
         raise ValueError("save_ckpt: state.env is None; record numeric_env(...) so a resume can check where it runs")
     b = json.dumps({"env": state.env, "missing": missing, "sidecar": sidecar}, separators=(",", ":")).encode()
-    if json.loads(b)["env"] != state.env: raise ValueError("save_ckpt: env must be plain JSON (str keys, lists not tuples)")
+    if json.loads(b)["env"] != state.env:
+        raise ValueError("save_ckpt: env must be plain JSON (str keys, lists not tuples)")
     return b
 
 def _check_state(s):
-    if not isinstance(s.step, int) or not 0 <= s.step < _NONE64: raise ValueError(f"save_ckpt: step must be an int >= 0, got {s.step!r}")
-    if not isinstance(s.flags, int) or s.flags & ~_KNOWN_FLAGS or s.flags < 0: raise ValueError(f"save_ckpt: unknown flag bits in {s.flags!r}")
-    if s.table_step is not None and not 0 <= s.table_step < _NONE64: raise ValueError(f"save_ckpt: bad table_step {s.table_step!r}")
+    if not isinstance(s.step, int) or not 0 <= s.step < _NONE64:
+        raise ValueError(f"save_ckpt: step must be an int >= 0, got {s.step!r}")
+    if not isinstance(s.flags, int) or s.flags & ~_KNOWN_FLAGS or s.flags < 0:
+        raise ValueError(f"save_ckpt: unknown flag bits in {s.flags!r}")
+    if s.table_step is not None and not 0 <= s.table_step < _NONE64:
+        raise ValueError(f"save_ckpt: bad table_step {s.table_step!r}")
 
 def _v3_sections(state, sidecar):
     "(name, present, length, buffers) per section, in table order; nothing big is built here."
@@ -196,8 +201,8 @@ def _where(size: int, secs: list) -> str:
 def _bounds(path, size: int, secs: list, version: int):
     end = secs[-1][1] + secs[-1][2]
     if size < end:
-        raise CheckpointError(path, _where(size, secs), f"truncated, or a length past the end of the file: the v{version} "
-                              f"header declares {end:,} bytes, the file has {size:,}")
+        raise CheckpointError(path, _where(size, secs), f"truncated, or a length past the end of the file: the "
+                              f"v{version} header declares {end:,} bytes, the file has {size:,}")
     if size > end: raise CheckpointError(path, "trailer", f"{size - end} unexpected bytes after the last section")
 
 def _layout(f, path, size: int) -> dict:
@@ -205,16 +210,20 @@ def _layout(f, path, size: int) -> dict:
     head = f.read(8)
     if head[:5] == MAGIC and head[6:8] == b"\0\0":
         v = head[5]
-        if v > 3: raise CheckpointError(path, "magic", f"container version {v} is newer than this dormouse reads (1-3): upgrade dormouse")
+        if v > 3:
+            raise CheckpointError(path, "magic", f"container version {v} is newer than this dormouse reads (1-3): "
+                                  "upgrade dormouse")
         if v not in (2, 3): raise CheckpointError(path, "magic", f"unknown container version {v}")
         return (_layout_v2 if v == 2 else _layout_v3)(f, path, size, head)
     if len(head) < 8 or size < 24:
-        raise CheckpointError(path, "header", f"truncated or not a container: {size} bytes, no DMCK magic, too short for v1")
+        raise CheckpointError(path, "header", f"truncated or not a container: {size} bytes, no DMCK magic, "
+                              "too short for v1")
     step, ml, ol = struct.unpack("<QQQ", head + f.read(16))
     if 24 + ml + ol == size:
         return {"version": 1, "step": step, "flags": 0, "table_step": None,
                 "sections": [("model", 24, ml, None, True), ("optim", 24 + ml, ol, None, True)]}
-    what = ("a zip archive (a torch checkpoint?)" if head[:4] == b"PK\x03\x04" else "a pickle stream" if head[:1] == b"\x80"
+    what = ("a zip archive (a torch checkpoint?)" if head[:4] == b"PK\x03\x04"
+            else "a pickle stream" if head[:1] == b"\x80"
             else "a DMCK file with a damaged magic" if head[:4] == b"DMCK" else "no DMCK magic")
     if 24 + ml + ol > size and ml < 2**48 and ol < 2**48 and head[:4] != b"DMCK":
         raise CheckpointError(path, "model" if size < 24 + ml else "optim",
@@ -227,14 +236,17 @@ def _layout(f, path, size: int) -> dict:
 def _layout_v2(f, path, size, head) -> dict:
     if size < 48: raise CheckpointError(path, "header", f"truncated: v2 header is 48 bytes, the file has {size}")
     step, ml, ol, tl, flags = struct.unpack("<QQQQQ", f.read(40))
-    if flags & ~_KNOWN_FLAGS: raise CheckpointError(path, "header", f"flags {flags:#x} has unknown bits (corrupt header?)")
-    secs = [("model", 48, ml, None, True), ("optim", 48 + ml, ol, None, True), ("teacher", 48 + ml + ol, tl, None, tl > 0)]
+    if flags & ~_KNOWN_FLAGS:
+        raise CheckpointError(path, "header", f"flags {flags:#x} has unknown bits (corrupt header?)")
+    secs = [("model", 48, ml, None, True), ("optim", 48 + ml, ol, None, True),
+            ("teacher", 48 + ml + ol, tl, None, tl > 0)]
     _bounds(path, size, secs, 2)
     return {"version": 2, "step": step, "flags": flags, "table_step": None, "sections": secs}
 
 # %% ../nbs/08_container.ipynb #e18b7bba
 def _layout_v3(f, path, size, head) -> dict:
-    if size < HEADER_LEN: raise CheckpointError(path, "header", f"truncated: v3 header is {HEADER_LEN} bytes, the file has {size}")
+    if size < HEADER_LEN:
+        raise CheckpointError(path, "header", f"truncated: v3 header is {HEADER_LEN} bytes, the file has {size}")
     head += f.read(HEADER_LEN - 8)
     (crc,) = struct.unpack("<I", head[-4:])
     if zlib.crc32(head[:-4]) != crc: raise CheckpointError(path, "header", "header checksum mismatch (corrupt header)")
@@ -244,23 +256,29 @@ def _layout_v3(f, path, size, head) -> dict:
         tag, o, n, c, present = ENTRY.unpack_from(head, HEADER.size + i * ENTRY.size)
         if (tag.rstrip(b"\0") != name.encode() or o != off or present not in (0, 1) or (not present and n)
                 or (not present and name in ("model", "optim", "meta"))):
-            raise CheckpointError(path, "header", f"section table entry {i} is malformed (tag {tag!r}, offset {o}, present {present})")
+            raise CheckpointError(path, "header", f"section table entry {i} is malformed "
+                                  f"(tag {tag!r}, offset {o}, present {present})")
         secs.append((name, o, n, c, bool(present))); off += n
-    if flags & ~_KNOWN_FLAGS: raise CheckpointError(path, "header", f"flags {flags:#x} has bits this dormouse does not know")
+    if flags & ~_KNOWN_FLAGS:
+        raise CheckpointError(path, "header", f"flags {flags:#x} has bits this dormouse does not know")
     if head[192:196] != b"\0\0\0\0": raise CheckpointError(path, "header", "reserved field is not zero")
     _bounds(path, size, secs, 3)
     return {"version": 3, "step": step, "flags": flags, "table_step": None if ts == _NONE64 else ts, "sections": secs}
 
 # %% ../nbs/08_container.ipynb #143b9b12
 _LOST = {
-    "teacher": "EMA teacher: a v1 container has none. If this run trained with aux (JEPA), a resume must rebuild the teacher "
-               "as a copy of the student, so the JEPA target differs from the original run from the first resumed step.",
-    "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run had "
-             "fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different forward.",
-    "stress": "stress monitor history: not in a v{v} container. With stress on, the grad-norm window restarts empty, so "
-              "spike counts and the p99.9 cover only the steps after the resume; with stress_refuse the refused updates after it can differ too, and so can the model.",
-    "env": "numeric environment: not in a v{v} container. The resume cannot check that the torch version, thread count, CPU "
-           "capability, device and dtype settings match the original run's; bit-identity holds only if they do.",
+    "teacher": "EMA teacher: a v1 container has none. If this run trained with aux (JEPA), a resume must rebuild the "
+               "teacher as a copy of the student, so the JEPA target differs from the original run from the first "
+               "resumed step.",
+    "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run "
+             "had fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different "
+             "forward.",
+    "stress": "stress monitor history: not in a v{v} container. With stress on, the grad-norm window restarts empty, "
+              "so spike counts and the p99.9 cover only the steps after the resume; with stress_refuse the refused "
+              "updates after it can differ too, and so can the model.",
+    "env": "numeric environment: not in a v{v} container. The resume cannot check that the torch version, thread "
+           "count, CPU capability, device and dtype settings match the original run's; bit-identity holds only if "
+           "they do.",
 }
 
 def _legacy_missing(v: int) -> list:
@@ -284,7 +302,8 @@ def _read_section(f, path, name: str, off: int, n: int, crc, parse):
         if src.left: raise ValueError(f"{src.left} unparsed bytes at the end of the section")
     except Exception as e:  # whatever a parser raises on bad bytes is a refusal of this section
         src.close()
-        if crc is not None and _crc_range(f, off, n) != crc: raise CheckpointError(path, name, "checksum mismatch (corrupt section)") from None
+        if crc is not None and _crc_range(f, off, n) != crc:
+            raise CheckpointError(path, name, "checksum mismatch (corrupt section)") from None
         raise CheckpointError(path, name, f"cannot parse: {e}") from None
     finally: src.close()
     if crc is not None and src.crc != crc: raise CheckpointError(path, name, "checksum mismatch (corrupt section)")
@@ -295,7 +314,8 @@ def _stress_parse(src: Source):
 
 def _meta_parse(src: Source) -> dict:
     m = json.loads(src.read(src.left).decode())
-    if not isinstance(m, dict) or set(m) != {"env", "missing", "sidecar"}: raise ValueError("meta is not {env, missing, sidecar}")
+    if not isinstance(m, dict) or set(m) != {"env", "missing", "sidecar"}:
+        raise ValueError("meta is not {env, missing, sidecar}")
     return m
 
 # %% ../nbs/08_container.ipynb #779c488a
@@ -312,9 +332,9 @@ def load_ckpt(path) -> Checkpoint:
                for name, off, n, crc, present in lay["sections"]}
     v = lay["version"]
     meta = got.get("meta") or {"env": None, "missing": _legacy_missing(v), "sidecar": None}
-    return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"), flags=lay["flags"],
-                      stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"], version=v,
-                      legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"])
+    return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"),
+                      flags=lay["flags"], stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"],
+                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"])
 
 # %% ../nbs/08_container.ipynb #0c083313
 def _open(path):
@@ -324,14 +344,14 @@ def _open(path):
         raise CheckpointError(path, "file", f"cannot open: {e.strerror or e}") from None
 
 def read_header(path) -> dict:
-    "{version, step, flags, table_step, sections: [(name, offset, length, crc|None, present)], size}; or `CheckpointError`."
+    "{version, step, flags, table_step, sections: [(name, offset, length, crc|None, present)], size}."
     path = Path(path)
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         return {**_layout(f, path, size), "size": size}
 
 def section_checks(path) -> tuple:
-    "(read_header's dict, [(name, length, status)]) where status is absent / no checksum / checksum ok / CHECKSUM MISMATCH."
+    "(read_header's dict, [(name, length, status)]): status is absent/no checksum/checksum ok/CHECKSUM MISMATCH."
     path = Path(path)
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
