@@ -95,7 +95,7 @@ def cmd_serve(args) -> int:
     return 0
 
 def cmd_inspect(args) -> int:
-    from dormouse.container import describe
+    from dormouse.checkpoints import describe
     text = describe(args.path)
     print(text)
     return 2 if "verdict: REFUSED" in text else 0  # a damaged container is an error for scripts too

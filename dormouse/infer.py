@@ -19,6 +19,8 @@ from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
 from .model import N_VOCAB, DormouseModel
 from .numerics import numeric_scope
+from .container import load_ckpt
+from .checkpoints import load_run_ckpt
 
 # %% auto #0
 __all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'ROUTES', 'REQUEST_FIELDS', 'InferenceError', 'find_config',
@@ -164,7 +166,6 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
         return _load_model_weights(path, quant, cfg, depth, device, threads, log)
 
 def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> InferenceModel:
-    from dormouse.container import load_ckpt, load_run_ckpt
     notes, sidecar = [], path.with_suffix(".ngram")
     if sidecar.exists(): ck, tables = load_run_ckpt(path)
     else: ck, tables = load_ckpt(path), None

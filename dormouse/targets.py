@@ -8,13 +8,16 @@ import dataclasses, hashlib, json, os, shutil, sys
 from pathlib import Path
 import numpy as np
 import torch
-from safetensors.torch import load as st_load
 from .config import ConfigError, TrainCfg, validate
-from .container import CheckpointError, find_latest, load_run_ckpt, numeric_env
+from .checkpoints import find_latest, load_run_ckpt
+from .container import CheckpointError
+from .numerics import numeric_env
 from .data import load_corpus
+from .fsio import atomic_write_bytes, fsync_dir
 from .mask import mask_stream
 from .model import DormouseModel, depth_for_step, freeze
 from .quant import FallbackLatch, apply_compute_settings
+from .stcodec import st_bytes, st_load_bytes
 from .numerics import run_scope
 from .step import pre_batches
 
@@ -95,32 +98,19 @@ def load_teacher(cfg: TrainCfg,  # the run the targets are for (its model shape)
     return model, tables, {**info, "path": str(p), "container_version": int(ck.version)}
 
 # %% ../nbs/13_targets.ipynb #ab1adf02
-from .ngram import fsync_dir as _fsync_dir  # the same directory fsync the checkpoint writers use
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data); f.flush(); os.fsync(f.fileno())
-
 def shard_bytes(hidden: torch.Tensor,  # float32 [rows, d_model]
                 row_counts: torch.Tensor,  # int32 [n_steps, batch]
                ) -> bytes:
-    "A shard's safetensors bytes, with a canonical header: the same tensors give the same bytes, whatever the library version."
-    tensors = {"hidden": (hidden, "F32"), "row_counts": (row_counts, "I32")}
-    head, off, data = {"__metadata__": {"format": FORMAT}}, 0, []
-    for name, (t, dt) in tensors.items():
-        b = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        head[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b); data.append(b)
-    h = canonical_json(head)
-    h += b" " * (-len(h) % 8)
-    return len(h).to_bytes(8, "little") + h + b"".join(data)
+    "A shard's safetensors bytes, written by `dormouse.stcodec`: the same tensors give the same bytes."
+    tensors = {"hidden": hidden.detach().to("cpu", torch.float32), "row_counts": row_counts.detach().to("cpu", torch.int32)}
+    return st_bytes(tensors, {"format": FORMAT})
 
 def _write_shard(d: Path, i: int, first: int, hidden: list, counts: list, d_model: int) -> dict:
     "Write shard `i` (steps first .. first+len-1) into `d`; returns its index entry."
     name = f"shard_{i:05d}.safetensors"
     h = torch.cat(hidden) if hidden else torch.zeros(0, d_model)
     data = shard_bytes(h.to(torch.float32), torch.stack(counts).to(torch.int32))
-    _write_bytes(d / name, data)
+    atomic_write_bytes(d / name, data)
     return {"file": name, "first_step": first, "n_steps": len(hidden), "rows": int(h.shape[0]), "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -188,11 +178,11 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
                  "steps": records,
                  "provenance": {"teacher_path": info["path"], "teacher_container_version": info["container_version"],
                                 "env": numeric_env(threads=cfg.threads, device=device, bf16=info["bf16"], quant=info["quant"])}}
-        _write_bytes(tmp / INDEX_NAME, canonical_json(index))
-        _fsync_dir(tmp)
+        atomic_write_bytes(tmp / INDEX_NAME, canonical_json(index))
+        fsync_dir(tmp)
         if out.exists(): raise TargetsError(f"{out} appeared while the targets were computed: refusing to overwrite it")
         os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -260,7 +250,7 @@ class TargetStore:
             raise TargetsError(f"{p}: truncated or replaced shard: {len(data)} bytes, the index says {meta['bytes']}")
         if hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise TargetsError(f"{p}: corrupt shard: its sha256 is not the one in {INDEX_NAME}")
-        try: t = st_load(data)
+        try: t, _ = st_load_bytes(data)
         except Exception as e: raise TargetsError(f"{p}: not a readable safetensors shard ({e})") from None
         hid, rc = t.get("hidden"), t.get("row_counts")
         n, b = meta["n_steps"], self.index["batch"]

@@ -17,7 +17,7 @@ from .numerics import check_env, numeric_env, run_scope
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .container import find_latest, save_run_ckpt
+from .checkpoints import find_latest, save_run_ckpt
 from .targets import open_targets
 from .rundir import MetricsLog, RunPaths, metrics_frame, read_jsonl, write_jsonl
 from .view import Progress

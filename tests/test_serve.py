@@ -25,7 +25,9 @@ def _make_ckpt(run_dir: Path) -> Path:
         print(f"dormouse.train not importable ({e}); building a checkpoint from a fresh model")
         import torch
         from dormouse.config import save_snapshot
-        from dormouse.container import RunState, numeric_env, save_run_ckpt
+        from dormouse.container import RunState
+        from dormouse.numerics import numeric_env
+        from dormouse.checkpoints import save_run_ckpt
         from dormouse.model import DormouseModel, init_params
         from dormouse.ngram import NgramTables
         from dormouse.config import ModelCfg, TrainCfg

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from dormouse.config import DriftError, read_snapshot
-from dormouse.container import list_ckpts, load_ckpt, numeric_env, save_run_ckpt
+from dormouse.checkpoints import list_ckpts, save_run_ckpt
+from dormouse.container import load_ckpt
+from dormouse.numerics import numeric_env
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.parts import build_parts, to_run_state
 from dormouse.train import fit
