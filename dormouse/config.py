@@ -4,15 +4,16 @@
 
 # %% ../nbs/00_config.ipynb #0885cade
 from __future__ import annotations
-import dataclasses, tomllib
+import dataclasses, difflib, json, math, tomllib, typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 import tomli_w
 
 # %% auto #0
-__all__ = ['QUANT_FORMATS', 'PROGRESS_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK', 'ModelCfg', 'TrainCfg',
-           'ConfigError', 'DriftError', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'save_snapshot',
+__all__ = ['QUANT_FORMATS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK', 'ModelCfg',
+           'TrainCfg', 'ConfigError', 'DriftError', 'field_types', 'type_word', 'has_type', 'type_problems',
+           'config_error', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'save_snapshot', 'parse_toml',
            'read_snapshot', 'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift', 'flipped', 'with_key', 'validate']
 
 # %% ../nbs/00_config.ipynb #b29dc242
@@ -83,6 +84,10 @@ class TrainCfg:
 # %% ../nbs/00_config.ipynb #c968915c
 PROGRESS_KEYS = frozenset({"steps", "log_every", "ckpt_every", "eval", "eval_every"})  # may change on a resume
 
+# The numeric environment, not the plan: a change alters bits, never the experiment. The drift check skips these; the
+# numeric-environment check compares them with the checkpoint's record, and allow_env_drift records an override.
+ENV_KEYS = frozenset({"threads"})
+
 # Keys a pre-ADR-0021 snapshot may lack; they parse with the field default (ADR-0021, Compatibility).
 LEGACY_DEFAULT_KEYS = frozenset({"rand_depth", "eval_batches", "eval_depths", "seed"})
 
@@ -99,8 +104,71 @@ class DriftError(RuntimeError):
         super().__init__(
             f"resume refused: the config differs from the run's snapshot ({where}) in {len(diffs)} key(s):\n"
             + "\n".join(lines)
-            + f"\nOnly the progress keys {sorted(PROGRESS_KEYS)} may change on a resume. "
+            + f"\nOnly the progress keys {sorted(PROGRESS_KEYS)} may change on a resume "
+            f"(the environment keys {sorted(ENV_KEYS)} are checked with the numeric environment). "
             "Start a new run directory to train a different plan.")
+
+# %% ../nbs/00_config.ipynb #6252a02f
+def field_types(cls=TrainCfg, prefix: str = "") -> dict[str, Any]:
+    "Every dotted field name with its annotated type; a nested dataclass is listed, then its own fields."
+    hints = typing.get_type_hints(cls, globalns=globals())
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        out[f"{prefix}{f.name}"] = hints[f.name]
+        if dataclasses.is_dataclass(hints[f.name]): out.update(field_types(hints[f.name], f"{prefix}{f.name}."))
+    return out
+
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_PLURALS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+
+def type_word(t) -> str:
+    "How an expected type reads in an error message."
+    if dataclasses.is_dataclass(t): return f"a table ({t.__name__})"
+    if typing.get_origin(t) is list: return f"a list of {_PLURALS[typing.get_args(t)[0]]} ({t})"
+    return f"{_WORDS[t]} ({t.__name__})"
+
+def has_type(v, t) -> bool:
+    "Whether `v` is of annotated type `t`: a bool is not an int, an int is not a float, a float field takes an int."
+    if t is bool: return isinstance(v, bool)
+    if t is int: return isinstance(v, int) and not isinstance(v, bool)
+    if t is float: return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if t is str: return isinstance(v, str)
+    if typing.get_origin(t) is list: return isinstance(v, list) and all(has_type(x, typing.get_args(t)[0]) for x in v)
+    raise TypeError(f"no type rule for {t}: teach has_type the new annotation")
+
+# %% ../nbs/00_config.ipynb #7a3455fb
+def _show(v) -> str:
+    "A value as it would read in TOML (true, \"x\", [1, 2])."
+    s = json.dumps(v, default=repr, ensure_ascii=False)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+def type_problems(obj,  # a nested dict (parsed TOML) or a config dataclass
+                  cls=TrainCfg,  # the dataclass `obj` should match
+                  prefix: str = "",  # dotted name of `obj` itself ("model.")
+                  unknown: bool = True,  # also name keys `cls` has no field for
+                 ) -> list[str]:
+    "Every unknown key and every value of the wrong type in `obj`, by dotted name, with the type expected."
+    hints = typing.get_type_hints(cls, globalns=globals())
+    as_dict = isinstance(obj, dict)
+    items = obj.items() if as_dict else [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(cls)]
+    out = []
+    for k, v in items:
+        name, t = f"{prefix}{k}", hints.get(k)
+        if t is None:
+            if unknown:
+                near = difflib.get_close_matches(str(k), list(hints), n=1)
+                out.append(f"{name}: unknown key" + (f" (did you mean {prefix}{near[0]}?)" if near else ""))
+        elif dataclasses.is_dataclass(t) and isinstance(v, dict if as_dict else t):
+            out += type_problems(v, t, f"{name}.", unknown)
+        elif dataclasses.is_dataclass(t) or not has_type(v, t):
+            out.append(f"{name} = {_show(v)}: expected {type_word(t)}")
+    return out
+
+def config_error(problems: list[str], where: str = "") -> ConfigError:
+    "One `ConfigError` listing every problem (`where`: the file or source they come from)."
+    head = f"{where}: " if where else ""
+    return ConfigError(f"{head}invalid config ({len(problems)} problem(s)):\n  " + "\n  ".join(problems)
+                       + "\nFix these keys (every key and its type: dormouse train --help).")
 
 # %% ../nbs/00_config.ipynb #487e43d6
 def cfg_to_dict(cfg: TrainCfg) -> dict:
@@ -116,12 +184,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
-    "Every dotted field name of a config dataclass, nested included."
-    out = []
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or f.type in ("ModelCfg",): out += field_names(ModelCfg, f"{prefix}{f.name}.")
-        else: out.append(f"{prefix}{f.name}")
-    return out
+    "Every dotted field name of a config dataclass, nested included (the tables themselves excluded)."
+    return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 SNAPSHOT_MARK = "# dormouse config snapshot, format 1\n"  # first line of every snapshot this kit writes
 
@@ -136,35 +200,59 @@ def save_snapshot(cfg: TrainCfg, path) -> None:
     tmp.write_text(snapshot_toml(cfg))
     tmp.replace(path)
 
+# %% ../nbs/00_config.ipynb #77a52d6f
+def parse_toml(data: bytes, what: str) -> dict:
+    "Parse TOML bytes; anything else is a `ConfigError` starting with `what` (e.g. 'x.toml is not a TOML config')."
+    try: return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what}: byte {e.object[e.start]:#04x} at offset {e.start} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e: raise ConfigError(f"{what}: {e}") from None
+
 def read_snapshot(path) -> dict:
-    "Parse a snapshot into a nested dict; only a legacy one (no `SNAPSHOT_MARK`) gets defaults for `LEGACY_DEFAULT_KEYS`."
+    "Parse a snapshot into a nested dict; a legacy one (no `SNAPSHOT_MARK`) gets defaults for `LEGACY_DEFAULT_KEYS`."
     path = Path(path)
-    text = path.read_text()
-    try: d = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e: raise ConfigError(f"{path}: not a valid TOML snapshot ({e})") from None
-    if not text.startswith(SNAPSHOT_MARK):  # written before the snapshot carried every field (ADR-0021, Compatibility)
+    data = path.read_bytes()
+    damaged = f"{path}: snapshot damaged"
+    fix = "restore the file, or start a new run directory"
+    try: d = parse_toml(data, f"{damaged}: it is not a TOML config")
+    except ConfigError as e: raise ConfigError(f"{e}; {fix}") from None
+    if not d: raise ConfigError(f"{damaged}: it holds no keys ({len(data)} bytes); {fix}")
+    if data.startswith(SNAPSHOT_MARK.encode()) and "model" not in d:
+        raise ConfigError(f"{damaged}: it has no [model] table (a torn write?); {fix}")
+    problems = type_problems(d, unknown=False)
+    if problems: raise config_error(problems, damaged)
+    if not data.startswith(SNAPSHOT_MARK.encode()):  # written before the snapshot carried every field (ADR-0021)
         defaults = cfg_to_dict(TrainCfg())
         for k in LEGACY_DEFAULT_KEYS:
             if k not in d: d[k] = defaults[k]
     return d
 
 # %% ../nbs/00_config.ipynb #4cb24c2d
+def _canonical(d: dict, cls=TrainCfg) -> dict:
+    "A type-checked nested dict with ints in float fields made floats, and lists copied."
+    hints = typing.get_type_hints(cls, globalns=globals())
+    out = {}
+    for k, v in d.items():
+        t = hints[k]
+        if dataclasses.is_dataclass(t): out[k] = _canonical(v, t)
+        else: out[k] = float(v) if t is float else list(v) if isinstance(v, list) else v
+    return out
+
 def cfg_from_dict(d: dict) -> TrainCfg:
-    "Build a `TrainCfg` from a nested dict; unknown keys are a `ConfigError`."
-    d = dict(d)
-    mk = dict(d.pop("model", {}) or {})
-    known_m = {f.name for f in dataclasses.fields(ModelCfg)}
-    known_t = {f.name for f in dataclasses.fields(TrainCfg)} - {"model"}
-    bad = sorted([f"model.{k}" for k in mk if k not in known_m] + [k for k in d if k not in known_t])
-    if bad: raise ConfigError(f"unknown config key(s): {', '.join(bad)}. Known keys: {', '.join(field_names())}")
-    return TrainCfg(model=ModelCfg(**mk), **d)
+    "Build a `TrainCfg` from a nested dict; unknown keys and wrongly typed values are one `ConfigError` naming them."
+    problems = type_problems(d)
+    if problems: raise config_error(problems)
+    d = _canonical(d)
+    return TrainCfg(model=ModelCfg(**d.pop("model", {})), **d)
 
 def load_cfg(path) -> TrainCfg:
     "Read a TOML config file (same layout as the snapshot; any subset of keys)."
     path = Path(path)
+    if path.is_dir(): raise ConfigError(f"{path} is a directory, not a TOML config file")
     if not path.is_file(): raise ConfigError(f"config file not found: {path}")
-    try: d = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e: raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    d = parse_toml(path.read_bytes(), f"{path} is not a TOML config")
+    problems = type_problems(d)
+    if problems: raise config_error(problems, str(path))
     return cfg_from_dict(d)
 
 # %% ../nbs/00_config.ipynb #13b95c52
@@ -172,11 +260,11 @@ def _as_flat(x) -> dict[str, Any]:
     return flatten(cfg_to_dict(x) if dataclasses.is_dataclass(x) else x)
 
 def diff_keys(old, new) -> dict[str, tuple[Any, Any]]:
-    "Every differing dotted key of two plans, progress keys excepted, as {key: (old, new)}."
+    "Every differing dotted key of two plans, progress and environment keys excepted, as {key: (old, new)}."
     a, b = _as_flat(old), _as_flat(new)
     out = {}
     for k in sorted(set(a) | set(b)):
-        if k in PROGRESS_KEYS: continue
+        if k in PROGRESS_KEYS or k in ENV_KEYS: continue
         va, vb = a.get(k, MISSING), b.get(k, MISSING)
         if va != vb or type(va) is not type(vb) and not (isinstance(va, (int, float)) and isinstance(vb, (int, float))):
             out[k] = (va, vb)
@@ -209,10 +297,14 @@ def with_key(cfg: TrainCfg, dotted: str, value) -> TrainCfg:
 # %% ../nbs/00_config.ipynb #729dd946
 def validate(cfg: TrainCfg) -> TrainCfg:
     "Check `cfg` can run; raise `ConfigError` listing every problem and how to fix it."
+    if not isinstance(cfg, TrainCfg): raise ConfigError(f"expected a TrainCfg, not {type(cfg).__name__}")
+    problems = type_problems(cfg)
+    if problems: raise config_error(problems)
     m, errs = cfg.model, []
     if cfg.quant not in QUANT_FORMATS: errs.append(f"quant={cfg.quant!r}: use one of {', '.join(QUANT_FORMATS)}")
     if m.d_model % m.n_heads: errs.append(f"model.d_model={m.d_model} must be a multiple of model.n_heads={m.n_heads}")
-    if not 1 <= m.depth_min <= m.depth_max: errs.append(f"need 1 <= model.depth_min ({m.depth_min}) <= model.depth_max ({m.depth_max})")
+    if not 1 <= m.depth_min <= m.depth_max:
+        errs.append(f"need 1 <= model.depth_min ({m.depth_min}) <= model.depth_max ({m.depth_max})")
     if m.depth < 1: errs.append(f"model.depth={m.depth} must be >= 1")
     if any(o < 1 for o in m.ngram_orders): errs.append(f"model.ngram_orders={m.ngram_orders}: orders must be >= 1")
     if m.ngram_orders and m.ngram_slots < 1: errs.append("model.ngram_slots must be >= 1")
@@ -224,5 +316,8 @@ def validate(cfg: TrainCfg) -> TrainCfg:
     if cfg.mask_span < 1: errs.append(f"mask_span={cfg.mask_span} must be >= 1")
     if not 0.0 <= cfg.ema_momentum <= 1.0: errs.append(f"ema_momentum={cfg.ema_momentum} must be in [0, 1]")
     if not 0.0 < cfg.holdout_frac < 1.0: errs.append(f"holdout_frac={cfg.holdout_frac} must be in (0, 1)")
+    flat = flatten(cfg_to_dict(cfg))
+    floats = [k for k, t in field_types().items() if t is float]
+    errs += [f"{k}={flat[k]} must be a finite number" for k in floats if not math.isfinite(flat[k])]
     if errs: raise ConfigError("invalid config:\n  " + "\n  ".join(errs))
-    return cfg
+    return cfg_from_dict(cfg_to_dict(cfg))
