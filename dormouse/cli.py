@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_cli.ipynb #17eb87f7
 from __future__ import annotations
-import argparse, ast, dataclasses, errno, inspect, io, json, os, re, sys, textwrap, tokenize, typing
+import argparse, ast, dataclasses, errno, inspect, io, json, os, re, socket, sys, textwrap, tokenize, typing
 from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
@@ -190,6 +190,8 @@ def cmd_generate(args) -> int:
 
 def cmd_serve(args) -> int:
     if not 0 <= args.port <= 65535: raise UsageError(f"--port {args.port}: a TCP port is 0..65535 (0 = any free port)")
+    try: socket.getaddrinfo(args.host, args.port)
+    except socket.gaierror as e: raise UsageError(f"--host {args.host}: cannot resolve it ({e.strerror})") from None
     serve(args.ckpt, host=args.host, port=args.port)
     return 0
 
@@ -239,7 +241,8 @@ RUN_ERRORS = (CheckpointError, CorpusError, TargetsError, SidecarError, Floating
 _OS_HINTS = {errno.ENOSPC: "free some space, then resume: the newest complete checkpoint is intact",
              errno.EACCES: "check the permissions, or choose another path", errno.EPERM: "check the permissions",
              errno.EROFS: "a read-only file system: choose another path",
-             errno.ENOTDIR: "a file stands where a directory should be", errno.EEXIST: "move the existing file away"}
+             errno.ENOTDIR: "a file stands where a directory should be", errno.EEXIST: "move the existing file away",
+             errno.EADDRINUSE: "another process listens there: choose another --port (0 = any free port)"}
 
 def exit_code(e: BaseException) -> int | None:
     "The exit status of an error a user can meet; None for a bug, which keeps its traceback."

@@ -4,6 +4,7 @@ a stderr of one line without a traceback, and that nothing was written to the ru
 import dataclasses
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -220,6 +221,12 @@ CASES = [
         2,
         ["--port 99999"],
     ),
+    case(
+        "serve unresolvable host",
+        lambda runs, tmp: (["serve", "--ckpt", tmp / "x.dmck", "--host", "no-such-host.invalid", "--port", 0], None, {}),
+        2,
+        ["--host no-such-host.invalid: cannot resolve"],
+    ),
     case("inspect a directory", lambda runs, tmp: (["inspect", tmp], None, {}), 1, ["cannot open"]),
     case("non-finite loss", non_finite_loss, 1, ["non-finite loss"]),
 ]
@@ -381,3 +388,16 @@ def test_read_only_run_dir_is_one_line(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1 and "ermission" in err, err
     assert listing(run) == before
+
+
+def test_serve_on_a_port_in_use_is_one_line(runs):
+    "Another process listens on the port: exit 1 and one line naming the address and what to do."
+    ckpt = sorted((runs / "base" / "ckpt").glob("*.dmck"))[-1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "dormouse.cli", "serve", "--ckpt", str(ckpt), "--port", str(port)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "choose another --port" in r.stderr
