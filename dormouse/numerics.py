@@ -78,7 +78,8 @@ def _gpu_facts(device: str) -> dict:
             "cudnn_tf32": torch.backends.cudnn.allow_tf32, "cuda.matmul.allow_tf32": m.allow_tf32,
             "cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
             "cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
-            "cudnn.deterministic": torch.backends.cudnn.deterministic, "cudnn.benchmark": torch.backends.cudnn.benchmark,
+            "cudnn.deterministic": torch.backends.cudnn.deterministic,
+            "cudnn.benchmark": torch.backends.cudnn.benchmark,
             **_precisions("cuda.matmul.fp32_precision", "cudnn.fp32_precision"),
             **{k: os.environ.get(k) for k in GPU_ENV_VARS}}
 

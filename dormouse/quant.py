@@ -101,7 +101,7 @@ def _one(values: set, none):
     return next(iter(values)) if len(values) == 1 else (none if not values else "mixed")
 
 def forward_formats(model: nn.Module) -> dict:
-    "What `model`'s forward runs, read off the model: {'quant': common format, 'bf16': autocast, 'layers': {name: format}}."
+    "What `model`'s forward runs, read off it: {'quant': common format, 'bf16': autocast on, 'layers': {name: fmt}}."
     layers = {name: m.quant for name, m in model.named_modules() if isinstance(m, FactorLinear)}
     bf16 = {m.bf16 for m in model.modules() if isinstance(getattr(m, "bf16", None), bool)}
     return {"quant": _one(set(layers.values()), "fp32"), "bf16": _one(bf16, False), "layers": layers}
@@ -156,7 +156,7 @@ class FallbackLatch:
         "The latch `to_json` recorded; ValueError saying what is wrong with anything else."
         ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
         if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
-            raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} (reason '' unless tripped)")
+            raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
         latch = cls()
         if rec["tripped"]: latch.trip(rec["reason"])
         return latch
@@ -176,7 +176,7 @@ def apply_compute_settings(model: nn.Module,  # the student, and separately the 
                            cfg,  # TrainCfg: reads `quant` and `bf16`
                            latch: FallbackLatch,  # the run's fallback latch
                           ) -> None:
-    "The only way the forward's settings are set: factors fp32 if the latch tripped, else `cfg.quant`; `bf16 = cfg.bf16`."
+    "The only way the forward's settings are set: fp32 factors if the latch tripped, else `cfg.quant`; `cfg.bf16`."
     set_quant_all(model, "fp32" if latch.tripped else cfg.quant)
     owners = [m for m in model.modules() if isinstance(getattr(m, "bf16", None), bool)]
     for m in owners or [model]: m.bf16 = bool(cfg.bf16)
