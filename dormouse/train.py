@@ -14,6 +14,7 @@ from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_dr
                              save_snapshot, validate)
 from .data import Corpus, load_corpus
 from .numerics import check_env, numeric_env, run_scope
+from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
@@ -84,7 +85,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % di.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {di.world}")
-    env = numeric_env(cfg.threads, torch.device(device).type, di.world, bf16=cfg.bf16, quant=cfg.quant)
+    env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
     row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
            "progress_changes": {}, "time": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -96,6 +97,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     barrier(di)  # every rank has decided fresh/resume before rank 0 writes anything
     if row["kind"] == "fresh":
         run_probes(parts, corpus, cfg, device)
+    env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
     lineage = read_jsonl(paths.lineage) if row["kind"] == "resume" else []
     seg = Segment(paths, parts, env, len(lineage), parts.step,
                   [r for r in read_jsonl(paths.metrics) if r["step"] < parts.step], di.lead)
