@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
                              save_snapshot, validate)
 from .data import Corpus, load_corpus
-from .numerics import check_env, numeric_env, run_scope
+from .numerics import check_env, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
@@ -64,7 +64,8 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
         return
     ck, tables, ck_path = found
     seg_row["env_drift"] = check_env(ck.env, env, allow_env_drift, where=ck_path)
-    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg)
+    seg_row["env_unrecorded"] = env_unrecorded(ck.env, env)  # keys an older record could not see: unchecked
+    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg, path=ck_path)
     seg_row.update(kind="resume", start_step=ck.step, checkpoint=str(ck_path))
     print(f"resumed {paths.root} at step {ck.step} from {ck_path.name}")
 
