@@ -70,17 +70,23 @@ def _precisions(*paths: str) -> dict:
             out[path] = obj
     return out
 
+def _tf32() -> dict:
+    "TF32 settings by torch's fp32_precision API where it has one: reading the legacy flags raises once both were used."
+    new = _precisions("cuda.matmul.fp32_precision", "cudnn.fp32_precision", "cudnn.conv.fp32_precision",
+                      "cudnn.rnn.fp32_precision")
+    if new:
+        return new
+    return {"cudnn_tf32": torch.backends.cudnn.allow_tf32, "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+
 def _gpu_facts(device: str) -> dict:
     "CUDA and cuDNN builds, the device, its math flags and variables."
     m = torch.backends.cuda.matmul
     return {"cuda": str(torch.version.cuda), "cudnn": torch.backends.cudnn.version(),
             "gpu": torch.cuda.get_device_name(device), "gpu_capability": list(torch.cuda.get_device_capability(device)),
-            "cudnn_tf32": torch.backends.cudnn.allow_tf32, "cuda.matmul.allow_tf32": m.allow_tf32,
-            "cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
+            **_tf32(), "cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
             "cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
             "cudnn.deterministic": torch.backends.cudnn.deterministic,
             "cudnn.benchmark": torch.backends.cudnn.benchmark,
-            **_precisions("cuda.matmul.fp32_precision", "cudnn.fp32_precision"),
             **{k: os.environ.get(k) for k in GPU_ENV_VARS}}
 
 # %% ../nbs/04b_numerics.ipynb #c0e1a7b5
