@@ -42,8 +42,8 @@ CPU_ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw"
                  "asimd", "asimdhp", "sve", "sve2", "bf16", "i8mm")  # arm64
 
 @functools.lru_cache(maxsize=1)
-def cpu_facts() -> dict:
-    "The CPU's model name and the instruction-set flags kernels dispatch on (/proc/cpuinfo, else `platform`)."
+def _cpuinfo() -> tuple[str, tuple[str, ...]]:
+    "(model name, ISA flags) from /proc/cpuinfo, else `platform`; read once per process."
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -54,7 +54,12 @@ def cpu_facts() -> dict:
         fields.setdefault(key.strip(), value.strip())
     model = fields.get("model name") or f"{platform.machine()} {platform.processor()}".strip()
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    return {"cpu_model": model, "cpu_flags": [f for f in CPU_ISA_FLAGS if f in flags]}
+    return model, tuple(f for f in CPU_ISA_FLAGS if f in flags)
+
+def cpu_facts() -> dict:
+    "The CPU's model name and the instruction-set flags kernels dispatch on (a fresh dict each call)."
+    model, flags = _cpuinfo()
+    return {"cpu_model": model, "cpu_flags": list(flags)}
 
 # %% ../nbs/04b_numerics.ipynb #d63ffa4a
 RECORD_ONLY = ("forward", "quant", "bf16_autocast")  # recorded to say what ran, never compared (run state, not env)
@@ -76,7 +81,8 @@ def _tf32() -> dict:
                       "cudnn.rnn.fp32_precision")
     if new:
         return new
-    return {"cudnn_tf32": torch.backends.cudnn.allow_tf32, "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+    return {"cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
 
 def _gpu_facts(device: str) -> dict:
     "CUDA and cuDNN builds, the device, its math flags and variables."
