@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
                              save_snapshot, validate)
 from .data import Corpus, load_corpus
-from .numerics import check_env, numeric_env, run_scope
+from .numerics import check_env, env_unrecorded, numeric_env, run_scope
+from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
@@ -63,7 +64,8 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
         return
     ck, tables, ck_path = found
     seg_row["env_drift"] = check_env(ck.env, env, allow_env_drift, where=ck_path)
-    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg)
+    seg_row["env_unrecorded"] = env_unrecorded(ck.env, env)  # keys an older record could not see: unchecked
+    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg, path=ck_path)
     seg_row.update(kind="resume", start_step=ck.step, checkpoint=str(ck_path))
     print(f"resumed {paths.root} at step {ck.step} from {ck_path.name}")
 
@@ -84,7 +86,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % di.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {di.world}")
-    env = numeric_env(cfg.threads, torch.device(device).type, di.world, bf16=cfg.bf16, quant=cfg.quant)
+    env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
     row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
            "progress_changes": {}, "time": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -96,6 +98,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     barrier(di)  # every rank has decided fresh/resume before rank 0 writes anything
     if row["kind"] == "fresh":
         run_probes(parts, corpus, cfg, device)
+    env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
     lineage = read_jsonl(paths.lineage) if row["kind"] == "resume" else []
     seg = Segment(paths, parts, env, len(lineage), parts.step,
                   [r for r in read_jsonl(paths.metrics) if r["step"] < parts.step], di.lead)
