@@ -158,7 +158,8 @@ class RunLock:
             holder = f.read().strip() or "a process that is just starting"
             f.close()
             raise RunDirError(f"{self.path.parent} is being written by another process ({holder}; it holds "
-                              f"{self.path.name}): wait for it to finish or stop it, or use another directory") from None
+                              f"{self.path.name}): wait for it to finish or stop it, or use another directory"
+                              ) from None
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()}: {shlex.join(sys.orig_argv)}".replace("\n", " ") + "\n")
