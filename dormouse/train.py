@@ -182,18 +182,20 @@ def hold_run_dir(paths: RunPaths,  # the run directory
                  resume: bool,  # a resume never creates the directory
                  di: DistInfo,  # rank 0 takes the lock; other ranks write nothing
                 ):
-    "Hold the run directory's lock; a directory made here for a run that fails before writing is removed."
-    made = di.lead and not resume and not paths.root.exists()
-    if made:
+    "Hold the run directory's lock for the duration; a run that fails before writing anything leaves nothing behind."
+    made_dir = di.lead and not resume and not paths.root.exists()
+    if made_dir:
         paths.root.mkdir(parents=True)
-    try:
-        with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):
+    made_lock = di.lead and paths.root.is_dir() and not paths.lock.exists()
+    with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):
+        try:
             yield
-    except BaseException:
-        if made and [p.name for p in paths.root.iterdir()] == [paths.lock.name]:
-            paths.lock.unlink()
-            paths.root.rmdir()
-        raise
+        except BaseException:
+            if made_lock and [p.name for p in paths.root.iterdir()] == [paths.lock.name]:
+                paths.lock.unlink()  # still held: no other writer can have taken this file
+                if made_dir:
+                    paths.root.rmdir()
+            raise
 
 # %% ../nbs/09_train.ipynb #9879fa39
 def fit(cfg: TrainCfg,  # the plan

@@ -3,6 +3,8 @@ resumed — is refused with one line naming the holder's pid and command and wri
 blocks the next resume (the kernel drops its flock)."""
 import dataclasses, subprocess, sys, time
 
+import pytest
+
 from dormouse.config import load_cfg
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.train import fit
@@ -62,6 +64,7 @@ def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_no
         b = subprocess.run(train(cfg, run, "--seed", 2, "--steps", 300), capture_output=True, text=True, timeout=300)
         assert_refused(b, a.pid)
         assert a.poll() is None, "the holder stopped"
+        assert holder(run).startswith(f"pid {a.pid}:"), holder(run)  # the refused writer did not touch the lock file
         assert RunPaths(run).config.read_bytes() == config and RunPaths(run).lineage.read_bytes() == lineage
         assert "seed = 1\n" in config.decode()
     finally:
@@ -102,3 +105,16 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
     assert [s["kind"] for s in lineage] == ["fresh", "resume"], lineage  # the loser added no segment
     steps = [r["step"] for r in read_jsonl(RunPaths(run).metrics)]
     assert steps == list(range(len(steps))), steps  # one row per step: no interleaved writer
+
+
+def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
+    from dormouse.data import CorpusError
+    from dormouse.testing import tiny_cfg
+    bad = tiny_cfg(data=str(tmp_path / "no-such-corpus"))
+    with pytest.raises(CorpusError):
+        fit(bad, tmp_path / "new", progress=False)  # fails under the lock, before anything is written
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError):
+        fit(bad, tmp_path / "empty", progress=False)
+    assert list((tmp_path / "empty").iterdir()) == []
