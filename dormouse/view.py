@@ -143,4 +143,5 @@ def compare_runs(run_a, run_b) -> Comparison:
             why = f"first difference at step {s}: state fingerprint {fa} vs {fb} (losses equal)"
             return Comparison(s, common[-1], why)
     last = common[-1]
-    return Comparison(None, last, f"identical through step {last} ({len(common)} common steps, losses and fingerprints)")
+    why = f"identical through step {last} ({len(common)} common steps, losses and fingerprints)"
+    return Comparison(None, last, why)

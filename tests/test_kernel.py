@@ -44,7 +44,8 @@ CELLS = [
     "    print('refused:', type(e).__name__)\n"
     "print('after refusal:', torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())",
     f"df = fit({LONG}, RUN + '/long', progress=False)\nprint('attrs:', df.attrs, len(df))",
-    f"df = fit({LONG}, RUN + '/long', resume=True, progress=False)\nprint('resumed:', len(df), df.attrs['interrupted'])",
+    f"df = fit({LONG}, RUN + '/long', resume=True, progress=False)\n"
+    "print('resumed:', len(df), df.attrs['interrupted'])",
 ]
 INTERRUPTED = 3
 
