@@ -157,6 +157,7 @@ class StopFlag:
         self._old = {}
         return False
 
+# %% ../nbs/09_train.ipynb #c8e7a1b2
 def checkpoint(seg: Segment, cfg: TrainCfg, log: MetricsLog, di: DistInfo) -> None:
     "Commit the run state at a step boundary: rows fsynced, rank 0 writes the pair, every rank waits."
     log.sync()
