@@ -5,7 +5,7 @@ import dataclasses, os, shutil
 import pytest
 
 from dormouse.config import ConfigError
-from dormouse.rundir import RunDirError, RunPaths, read_jsonl, write_atomic, write_jsonl
+from dormouse.rundir import RunDirError, RunPaths, write_atomic, write_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
 

@@ -1,6 +1,6 @@
 """SIGTERM is Ctrl-C: what a batch scheduler sends stops the run at the next step boundary with a checkpoint, in one
 process and under torchrun, and the resume is bitwise the run that was never stopped."""
-import dataclasses, inspect, os, signal, subprocess, sys, threading, time
+import inspect, os, signal, subprocess, sys, threading, time
 
 import pytest
 
