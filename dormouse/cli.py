@@ -192,7 +192,7 @@ def cmd_train(args) -> int:
         print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
     print(f"run: {run_dir}  (plot: dormouse plot {run_dir} -o loss.png; "
           f"continue: dormouse train --run-dir {run_dir} --resume --steps N)")
-    return 130 if df.attrs.get("interrupted") else 0
+    return df.attrs["exit_status"]  # 0; 130 after Ctrl-C; 143 after SIGTERM (both with a checkpoint)
 
 # %% ../nbs/11_cli.ipynb #e94d34a6
 def cmd_generate(args) -> int:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.config import DriftError
 from dormouse.container import load_ckpt, save_ckpt
 from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.rundir import RunPaths, read_jsonl
@@ -97,7 +96,6 @@ def test_an_older_record_resumes_and_lineage_names_what_it_could_not_check(ref, 
         fit(CFG, run, resume=True, progress=False)
 
 
-@pytest.mark.xfail(strict=True, raises=DriftError, reason="needs ENV_KEYS from config: threads is still a plan key")
 def test_threads_changed_on_resume_is_environment_drift(ref, tmp_path):
     run = _at_10(ref, tmp_path / "run")
     two = dataclasses.replace(CFG, threads=2)
