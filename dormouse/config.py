@@ -39,6 +39,7 @@ class TrainCfg:
     model: ModelCfg = field(default_factory=ModelCfg)  # the network's shape
     data: str = ""  # path to a byte corpus file; "" means the embedded default corpus
     data_sha256: str = ""  # sha256 of the corpus bytes, filled in by `fit`; other bytes are drift
+    data_order: str = "shuffled"  # "shuffled" (keyed permutation per epoch) | "stream" (ADR's contiguous layout)
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
@@ -211,6 +212,7 @@ def validate(cfg: TrainCfg) -> TrainCfg:
     "Check `cfg` can run; raise `ConfigError` listing every problem and how to fix it."
     m, errs = cfg.model, []
     if cfg.quant not in QUANT_FORMATS: errs.append(f"quant={cfg.quant!r}: use one of {', '.join(QUANT_FORMATS)}")
+    if cfg.data_order not in ("shuffled", "stream"): errs.append(f"data_order={cfg.data_order!r}: use shuffled or stream")
     if m.d_model % m.n_heads: errs.append(f"model.d_model={m.d_model} must be a multiple of model.n_heads={m.n_heads}")
     if not 1 <= m.depth_min <= m.depth_max: errs.append(f"need 1 <= model.depth_min ({m.depth_min}) <= model.depth_max ({m.depth_max})")
     if m.depth < 1: errs.append(f"model.depth={m.depth} must be >= 1")
