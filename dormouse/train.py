@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from .config import (ConfigError, DriftError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten,
                              read_snapshot, save_snapshot, validate)
-from .data import Corpus, load_corpus
+from .data import COMPRESSORS, Corpus, CorpusError, compressor_baselines, load_corpus
 from .mask import mask_stream
 from .quant import FallbackLatch, apply_compute_settings
 from .ngram import NgramTables, fingerprint_update
@@ -23,7 +23,7 @@ from .container import CheckpointError, RunState, env_diff, find_latest, numeric
 __all__ = ['lr_at', 'pre_batches', 'EnvDriftError', 'Parts', 'build_parts', 'apply_settings', 'to_run_state', 'restore',
            'state_fingerprint', 'run_probes', 'evaluate', 'DistInfo', 'dist_from_env', 'all_mean', 'train_step',
            'RunPaths', 'read_jsonl', 'write_jsonl', 'MetricsLog', 'metrics_frame', 'numeric_setup', 'StopFlag',
-           'LivePanel', 'fit', 'plot_run', 'Comparison', 'compare_runs', 'tiny_cfg']
+           'LivePanel', 'fit', 'run_baselines', 'plot_run', 'Comparison', 'compare_runs', 'tiny_cfg']
 
 # %% ../nbs/09_train.ipynb #2b4d57e0
 def lr_at(cfg: TrainCfg, step: int) -> float:
@@ -127,7 +127,7 @@ def state_fingerprint(parts: Parts) -> str:
 # %% ../nbs/09_train.ipynb #18dc8af4
 def _batch(corpus: Corpus, i: int, cfg: TrainCfg, device: str, rank: int = 0, world: int = 1):
     "Global batch `i`, and this rank's slice of it."
-    x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len)
+    x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
     per = cfg.batch // world
     keep = slice(rank * per, (rank + 1) * per)
     return x.to(device), y.to(device), keep
@@ -156,7 +156,7 @@ def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str, log=pri
 
 @torch.no_grad()
 def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[str, float]:
-    "Held-out CE at each of `eval_depths`; reads only the held-out split, draws nothing, changes no state."
+    "Held-out CE (nats) and bits/byte at each of `eval_depths`; reads only the held-out split, draws nothing, changes no state."
     was = parts.model.training
     parts.model.eval()
     out = {}
@@ -168,6 +168,7 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[s
             _, ce, _ = compute_losses(parts.model, None, x, y, d, parts.tables.lookup(x), None, 0.0)
             tot += ce.item()
         out[f"eval_d{d}"] = tot / cfg.eval_batches
+        out[f"eval_bpb_d{d}"] = out[f"eval_d{d}"] / math.log(2)  # bits per byte: comparable with compressors
     parts.model.train(was)
     return out
 
@@ -508,8 +509,20 @@ def _fit(cfg: TrainCfg, run_dir, resume: bool, allow_env_drift: bool, progress, 
     return df
 
 # %% ../nbs/09_train.ipynb #2dc659dc
-def plot_run(run_dir, ax=None):
-    "Loss (and held-out eval) per step across all segments, resume boundaries marked; returns the figure."
+def run_baselines(run_dir) -> dict | None:
+    "Compressor baselines (bits/byte) on a run's held-out split, or None when its corpus is not at hand."
+    paths = RunPaths(Path(run_dir))
+    if not paths.config.exists(): return None
+    snap = read_snapshot(paths.config)
+    try: corpus = load_corpus(snap.get("data", ""), snap.get("holdout_frac", 0.05), snap.get("seq_len", 128))
+    except (CorpusError, OSError): return None
+    if snap.get("data_sha256") and snap["data_sha256"] != corpus.sha256: return None  # other bytes: no honest line
+    return compressor_baselines(corpus)
+
+def plot_run(run_dir, ax=None,
+             baselines: bool = True,  # draw the compressors' bits/byte on the held-out split as reference lines
+            ):
+    "Loss (and held-out eval) per step across all segments, resume boundaries and compressor baselines marked; returns the figure."
     import matplotlib.pyplot as plt
     paths = RunPaths(Path(run_dir))
     df = metrics_frame(paths.root)
@@ -523,7 +536,12 @@ def plot_run(run_dir, ax=None):
         if seg.get("kind") == "resume":
             ax.axvline(seg["start_step"] - 0.5, color="k", ls="--", lw=1)
             ax.text(seg["start_step"], ax.get_ylim()[1], f" resume {seg['segment']}", va="top", fontsize=8)
-    ax.set_xlabel("step"); ax.set_ylabel("loss"); ax.set_title(f"{paths.root.name}: {len(df)} steps"); ax.legend(fontsize=8)
+    base = run_baselines(paths.root) if baselines else None
+    if base is not None:  # the axis is nats; a bits/byte axis on the right reads the lines directly
+        for name, ls in zip(COMPRESSORS, [":", "-.", "--"]):
+            ax.axhline(base[name] * math.log(2), color="grey", ls=ls, lw=1, label=f"{name}: {base[name]:.3f} bits/byte")
+        ax.secondary_yaxis("right", functions=(lambda n: n / math.log(2), lambda b: b * math.log(2))).set_ylabel("bits/byte")
+    ax.set_xlabel("step"); ax.set_ylabel("loss (nats/byte)"); ax.set_title(f"{paths.root.name}: {len(df)} steps"); ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
