@@ -67,15 +67,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/11_cli.ipynb #3a884bb1
 def cmd_train(args) -> int:
-    from dormouse.train import fit
+    from dormouse.data import COMPRESSORS
+    from dormouse.train import fit, run_baselines
     cfg = train_cfg_from_args(args)
     df = fit(cfg, args.run_dir, resume=args.resume, allow_env_drift=args.allow_env_drift,
              progress=False if args.quiet else None, device=args.device)
     if len(df):
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}
-        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items())
+        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items() if not k.startswith("eval_bpb"))
         print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
+        bpb = {k: v for k, v in evals.items() if k.startswith("eval_bpb_d")}
+        if bpb:  # the model's held-out bits/byte at its training depth (else its best), beside the compressors'
+            key = f"eval_bpb_d{cfg.model.depth}" if f"eval_bpb_d{cfg.model.depth}" in bpb else min(bpb, key=bpb.get)
+            base = run_baselines(args.run_dir)
+            line = f"held-out {bpb[key]:.3f} bits/byte (depth {key[len('eval_bpb_d'):]})"
+            if base is not None:
+                line += "  vs " + ", ".join(f"{n} {base[n]:.3f}" for n in COMPRESSORS)
+                line += (f"; after the last {base['prefix_bytes'] / 2**20:.0f} MiB of training text: "
+                         + ", ".join(f"{n} {base[n + ' +train']:.3f}" for n in COMPRESSORS))
+            print(line)
     print(f"run: {args.run_dir}  (plot: dormouse plot {args.run_dir} -o loss.png; continue: dormouse train --run-dir {args.run_dir} --resume --steps N)")
     return 130 if df.attrs.get("interrupted") else 0
 
