@@ -43,12 +43,12 @@ class TrainCfg:
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
-    steps: int = 400  # total steps of the run (progress: extending a run is a resume)
-    lr: float = 2e-3  # peak learning rate
+    steps: int = 1500  # total steps of the run (progress: extending a run is a resume)
+    lr: float = 3e-3  # peak learning rate
     min_lr: float = 2e-4  # learning rate at the end of the decay
-    warmup: int = 20  # linear LR warm-up steps
-    decay_start: int = 200  # step at which cosine decay begins (never derived from `steps`)
-    decay_steps: int = 600  # length of the cosine decay; LR stays at `min_lr` after it
+    warmup: int = 50  # linear LR warm-up steps
+    decay_start: int = 300  # step at which cosine decay begins (never derived from `steps`)
+    decay_steps: int = 1200  # length of the cosine decay; LR stays at `min_lr` after it
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     beta1: float = 0.9  # AdamW first-moment decay
     beta2: float = 0.95  # AdamW second-moment decay
@@ -59,8 +59,8 @@ class TrainCfg:
     ckpt_every: int = 100  # steps between checkpoints (progress)
     keep_ckpts: int = 3  # how many checkpoints rotation keeps
     eval: bool = True  # run held-out eval at `eval_every` (progress)
-    eval_every: int = 100  # steps between evals (progress)
-    eval_batches: int = 4  # held-out batches per eval
+    eval_every: int = 300  # steps between evals (progress)
+    eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
     eval_depths: list[int] = field(default_factory=lambda: [1, 2, 4])  # core depths evaluated
     rand_depth: bool = False  # draw each step's core depth in [depth_min, depth_max] from (seed, step)
     quant: str = "fp32"  # factor format: fp32 | bf16 | fp8 | int8
