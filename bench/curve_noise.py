@@ -20,8 +20,8 @@ from dormouse.train import fit
 
 def small_cfg(order: str, steps: int, threads: int) -> TrainCfg:
     "A minutes-scale config: a narrow model, the default corpus, one eval at the end on 256 held-out sequences."
-    m = ModelCfg(d_model=64, n_heads=2, depth=2, factor_rank=32, mlp_mult=4, ngram_orders=[2, 3, 4], ngram_slots=1 << 13,
-                 ngram_dim=16)
+    m = ModelCfg(d_model=64, n_heads=2, depth=2, factor_rank=32, mlp_mult=4, ngram_orders=[2, 3, 4],
+                 ngram_slots=1 << 13, ngram_dim=16)
     return TrainCfg(model=m, data_order=order, seq_len=128, batch=16, steps=steps, lr=3e-3, min_lr=3e-4, warmup=20,
                     decay_start=steps // 3, decay_steps=steps, threads=threads, log_every=50, ckpt_every=steps,
                     eval_every=steps, eval_batches=16, eval_depths=[2])
@@ -38,11 +38,12 @@ def main() -> None:
             t0 = time.time()
             df = fit(small_cfg(order, a.steps, a.threads), Path(tmp) / order, progress=False)
             half = df.loss.iloc[len(df) // 2:]
-            res[order] = dict(std=float(half.std()), mean=float(half.mean()), bpb=float(df["eval_bpb_d2"].dropna().iloc[-1]),
-                              wall=time.time() - t0)
+            bpb = float(df["eval_bpb_d2"].dropna().iloc[-1])
+            res[order] = dict(std=float(half.std()), mean=float(half.mean()), bpb=bpb, wall=time.time() - t0)
             r = res[order]
-            print(f"{order:9s} train loss over steps {len(df) // 2}..{len(df) - 1}: mean {r['mean']:.3f} std {r['std']:.3f} nats; "
-                  f"held-out {r['bpb']:.3f} bits/byte  ({r['wall']:.0f} s)")
+            print(f"{order:9s} train loss over steps {len(df) // 2}..{len(df) - 1}: "
+                  f"mean {r['mean']:.3f} std {r['std']:.3f} nats; held-out {r['bpb']:.3f} bits/byte "
+                  f"({r['wall']:.0f} s)")
     std_ratio = res["stream"]["std"] / res["shuffled"]["std"]
     bpb_ratio = res["shuffled"]["bpb"] / res["stream"]["bpb"]
     print(f"std ratio stream/shuffled {std_ratio:.2f}x (target >= 3)  "

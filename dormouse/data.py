@@ -17,7 +17,7 @@ __all__ = ['DATA_ORDERS', 'CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'COMPRESSOR
            'min_corpus_bytes', 'keyed_sequences', 'Corpus', 'load_corpus', 'default_corpus_bytes', 'compressed_size',
            'compressor_baselines']
 
-# %% ../nbs/03_data.ipynb #4d42848f
+# %% ../nbs/03_data.ipynb #e196cfb5
 DATA_ORDERS = ("shuffled", "stream")  # `data_order`: a keyed permutation per epoch | the ADR's contiguous layout
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
 SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages"})  # never part of a directory corpus
@@ -47,7 +47,8 @@ def source_files(root: Path,  # the directory
     for dp, dn, fn in os.walk(root):
         dn[:] = [x for x in dn if x not in SKIP_DIRS and not x.startswith(".")]
         rel = Path(dp).relative_to(root)
-        out += [(rel / f).as_posix() for f in fn if f.endswith(suffix) and not f.startswith(".") and os.path.isfile(Path(dp) / f)]
+        keep = [f for f in fn if f.endswith(suffix) and not f.startswith(".") and os.path.isfile(Path(dp) / f)]
+        out += [(rel / f).as_posix() for f in keep]
     return sorted(out)
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
@@ -61,7 +62,7 @@ def stdlib_root() -> Path:
     "The standard library directory of this Python: the default corpus."
     return Path(sysconfig.get_paths()["stdlib"])
 
-# %% ../nbs/03_data.ipynb #bd3faf0b
+# %% ../nbs/03_data.ipynb #d5485210
 def _header(rel: str) -> bytes:
     return f"# ==== {rel} ====\n".encode("utf-8", "surrogateescape")
 
@@ -69,7 +70,7 @@ def holdout_files(sizes: dict[str, int],  # bytes of each file (header included)
                   holdout_frac: float,  # the fraction of all bytes to hold out
                  ) -> set[str]:
     "Whole files held out: ranked by a fixed hash of their path, taken until they hold `holdout_frac` of the bytes."
-    rank = sorted(sizes, key=lambda r: hashlib.sha256(b"dormouse-holdout\0" + r.encode("utf-8", "surrogateescape")).digest())
+    rank = sorted(sizes, key=lambda r: _sha(b"dormouse-holdout\0" + r.encode("utf-8", "surrogateescape")))
     want, held, got = holdout_frac * sum(sizes.values()), set(), 0
     for r in rank:
         if got >= want: break
@@ -80,12 +81,12 @@ def holdout_files(sizes: dict[str, int],  # bytes of each file (header included)
 def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
-# %% ../nbs/03_data.ipynb #d6e26cff
+# %% ../nbs/03_data.ipynb #66b36fca
 def build_dir_corpus(root: Path,  # the directory
                      suffix: str = "",  # keep only files ending in this
                      holdout_frac: float = 0.05,  # fraction of bytes held out, as whole files
                     ) -> tuple[Path, dict]:
-    "The cached corpus file of a directory (train files then held-out files, sorted, with headers) and its build record."
+    "The cached corpus file of a directory (train files, then held-out files, with headers) and its build record."
     root = Path(root)
     rels = source_files(root, suffix)
     if not rels: raise CorpusError(f"corpus directory {root} has no files{f' ending in {suffix}' if suffix else ''}.")
@@ -100,18 +101,24 @@ def build_dir_corpus(root: Path,  # the directory
     layout = [r for r in rels if r not in held] + [r for r in rels if r in held]
     files, off = [], 0
     for r in layout:
-        files.append({"path": r, "bytes": len(blobs[r]), "sha256": _sha(blobs[r]), "split": "held" if r in held else "train", "offset": off})
+        split = "held" if r in held else "train"
+        files.append({"path": r, "bytes": len(blobs[r]), "sha256": _sha(blobs[r]), "split": split, "offset": off})
         off += len(blobs[r])
     raw = b"".join(blobs[r] for r in layout)
     manifest = "".join(f"{f['path']}\t{f['bytes']}\t{f['sha256']}\n" for f in sorted(files, key=lambda f: f["path"]))
-    meta = {"format": CORPUS_FORMAT, "root": str(root), "suffix": suffix, "holdout_frac": holdout_frac, "n_bytes": len(raw),
+    meta = {"format": CORPUS_FORMAT, "root": str(root), "suffix": suffix, "holdout_frac": holdout_frac,
+            "n_bytes": len(raw),
             "n_train": sum(f["bytes"] for f in files if f["split"] == "train"), "sha256": _sha(raw),
             "manifest_sha256": _sha(manifest.encode("utf-8", "surrogateescape")), "files": files}
-    atomic_write(bin_p, raw)
-    atomic_write(meta_p, json.dumps(meta).encode())  # written last: its presence marks a complete build
+    try:
+        atomic_write(bin_p, raw)
+        atomic_write(meta_p, json.dumps(meta).encode())  # written last: its presence marks a complete build
+    except OSError as e:
+        raise CorpusError(f"cannot write the corpus cache in {cache_dir()} ({e}); "
+                          "set DORMOUSE_CACHE to a writable directory.") from None
     return bin_p, meta
 
-# %% ../nbs/03_data.ipynb #52527515
+# %% ../nbs/03_data.ipynb #f56a32b1
 def _splits_ok(n: int, seq_len: int, holdout_frac: float) -> bool:
     "Does a file of `n` bytes leave one sequence (+1 target byte) in each split (the rule `load_corpus` applies)?"
     need = seq_len + 1
@@ -125,7 +132,7 @@ def min_corpus_bytes(seq_len: int, holdout_frac: float) -> int:
     while n - 1 >= 2 * need and _splits_ok(n - 1, seq_len, holdout_frac): n -= 1
     return n
 
-# %% ../nbs/03_data.ipynb #c1828a7b
+# %% ../nbs/03_data.ipynb #b29779fd
 EVAL_SEED = 0  # key of the held-out eval sample: fixed, so every run on a corpus is scored on the same sequences
 
 def keyed_sequences(k: np.ndarray,  # run positions (int64)
@@ -140,7 +147,7 @@ def keyed_sequences(k: np.ndarray,  # run positions (int64)
         out[sel] = keyed_perm(n_seq, seed, int(e), stream, pos[sel])
     return out
 
-# %% ../nbs/03_data.ipynb #42bf5981
+# %% ../nbs/03_data.ipynb #020ed9f0
 @dataclass
 class Corpus:
     "A byte corpus: training split [0, n_train), held-out split [n_train, end)."
@@ -165,7 +172,8 @@ class Corpus:
         k = i * batch + np.arange(batch, dtype=np.int64)
         span = np.arange(seq_len + 1, dtype=np.int64)[None, :]
         if order == "stream": idx = (k[:, None] * seq_len + span) % self.n_train
-        elif order == "shuffled": idx = keyed_sequences(k, (self.n_train - 1) // seq_len, seed, STREAM_DATA)[:, None] * seq_len + span
+        elif order == "shuffled":
+            idx = keyed_sequences(k, (self.n_train - 1) // seq_len, seed, STREAM_DATA)[:, None] * seq_len + span
         else: raise CorpusError(f"data_order={order!r}: use one of {', '.join(DATA_ORDERS)}")
         return self._rows(idx)
 
@@ -175,15 +183,17 @@ class Corpus:
         s = keyed_sequences(m, (self.n_held - 1) // seq_len, EVAL_SEED, STREAM_EVAL)
         return self._rows(self.n_train + s[:, None] * seq_len + np.arange(seq_len + 1, dtype=np.int64)[None, :])
 
-# %% ../nbs/03_data.ipynb #57f34af0
+# %% ../nbs/03_data.ipynb #d84e8010
 def _dir_corpus(root: Path, suffix: str, holdout_frac: float, seq_len: int, source: str) -> Corpus:
     bin_p, meta = build_dir_corpus(root, suffix, holdout_frac)
     n_train, n_held = meta["n_train"], meta["n_bytes"] - meta["n_train"]
-    split = {"train": sum(f["split"] == "train" for f in meta["files"]), "held": sum(f["split"] == "held" for f in meta["files"])}
+    n_held_files = sum(f["split"] == "held" for f in meta["files"])
     if min(n_train, n_held) < seq_len + 1:
-        raise CorpusError(f"corpus {source}: the training split has {n_train} bytes in {split['train']} file(s) and the held-out "
-                          f"split {n_held} bytes in {split['held']} (whole files, holdout_frac={holdout_frac}); with seq_len={seq_len} "
-                          f"each needs at least {seq_len + 1}. Add files, or lower holdout_frac or seq_len.")
+        n_train_files = len(meta["files"]) - n_held_files
+        raise CorpusError(f"corpus {source}: the training split has {n_train} bytes in {n_train_files} "
+                          f"file(s) and the held-out split {n_held} bytes in {n_held_files} (whole files, holdout_frac="
+                          f"{holdout_frac}); with seq_len={seq_len} each needs at least {seq_len + 1}. "
+                          "Add files, or lower holdout_frac or seq_len.")
     return Corpus(np.memmap(bin_p, dtype=np.uint8, mode="r"), source, meta["sha256"], n_train, meta)
 
 def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
@@ -193,21 +203,26 @@ def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for th
     "Open a corpus, check both splits are big enough, and split it."
     if str(path) == "":
         ver = ".".join(map(str, sys.version_info[:3]))
-        return _dir_corpus(stdlib_root(), ".py", holdout_frac, seq_len, f"<default corpus: Python {ver} standard library>")
+        source = f"<default corpus: Python {ver} standard library>"
+        return _dir_corpus(stdlib_root(), ".py", holdout_frac, seq_len, source)
     p = Path(path)
-    if not p.exists(): raise CorpusError(f"corpus not found: {p}. Pass a byte file or a directory, or data=\"\" for the default corpus.")
+    if not p.exists():
+        raise CorpusError(f"corpus not found: {p}. Pass a byte file or a directory, "
+                          "or data=\"\" for the default corpus.")
     if p.is_dir(): return _dir_corpus(p, "", holdout_frac, seq_len, str(p))
     n, need = p.stat().st_size, min_corpus_bytes(seq_len, holdout_frac)
     if n < need:
-        raise CorpusError(f"corpus {p} {'is empty' if n == 0 else f'has {n} bytes'}; with seq_len={seq_len} and holdout_frac="
+        size = "is empty" if n == 0 else f"has {n} bytes"
+        raise CorpusError(f"corpus {p} {size}; with seq_len={seq_len} and holdout_frac="
                           f"{holdout_frac} it needs at least {need} bytes (one sequence in each split).")
-    return Corpus(np.memmap(p, dtype=np.uint8, mode="r"), str(p), file_sha256(p), n - max(seq_len + 1, int(n * holdout_frac)))
+    n_train = n - max(seq_len + 1, int(n * holdout_frac))
+    return Corpus(np.memmap(p, dtype=np.uint8, mode="r"), str(p), file_sha256(p), n_train)
 
 def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."
     return bytes(load_corpus("", holdout_frac, 1).data)
 
-# %% ../nbs/03_data.ipynb #80062fe0
+# %% ../nbs/03_data.ipynb #b73798bd
 COMPRESSORS = ("zlib -9", "bz2 -9", "xz -9e")  # the baselines, in the order they are shown
 BASELINE_PREFIX = 8 << 20  # bytes of training text (the end of the split) the compressors see before the held-out bytes
 
