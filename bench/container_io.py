@@ -19,7 +19,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dormouse.container import RunState, load_ckpt, numeric_env, save_ckpt  # noqa: E402
+from dormouse.container import RunState, load_ckpt, save_ckpt  # noqa: E402
+from dormouse.numerics import numeric_env
 from dormouse.rng import keyed_normal  # noqa: E402
 
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_infer.ipynb #b3c0bd81
 from __future__ import annotations
-import base64, contextlib, dataclasses, ipaddress, json, math, numbers, socket, sys, threading
+import base64, contextlib, dataclasses, errno, ipaddress, json, math, numbers, os, socket, sys, threading, time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,12 +18,15 @@ from .rng import STREAM_SAMPLE, keyed_uniform
 from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
 from .model import N_VOCAB, DormouseModel
+from .numerics import numeric_scope
+from .container import load_ckpt
+from .checkpoints import load_run_ckpt
 
 # %% auto #0
-__all__ = ['UNINFERABLE', 'MAX_SEED', 'ROUTES', 'REQUEST_FIELDS', 'InferenceError', 'find_config', 'infer_model_shape',
-           'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError', 'check_generate_args',
-           'sample_byte', 'generate', 'RequestError', 'parse_generate_request', 'GenerateServer', 'is_loopback',
-           'make_server', 'serve']
+__all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'ROUTES', 'REQUEST_FIELDS', 'InferenceError', 'find_config',
+           'infer_model_shape', 'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError',
+           'check_generate_args', 'sample_byte', 'generate', 'RequestError', 'parse_generate_request', 'ServeError',
+           'GenerateServer', 'is_loopback', 'bind_address', 'make_server', 'serve']
 
 # %% ../nbs/10_infer.ipynb #1dbac3af
 class InferenceError(ConfigError):
@@ -83,6 +86,8 @@ def resolve_cfg(ckpt_path,  # the container
     return cfg_from_dict(d), "state-dict shapes + cfg argument"
 
 # %% ../nbs/10_infer.ipynb #9f1fb88e
+FORWARD_LOCK = threading.Lock()  # one forward at a time in the process: numeric settings are process state
+
 @dataclass(repr=False)
 class InferenceModel:
     "A checkpoint's model ready to sample: eval mode, no grad, its n-gram tables and the run's config."
@@ -95,7 +100,7 @@ class InferenceModel:
     depth: int = 0  # core depth of the forward (load_model_weights sets cfg.model.depth)
     path: str = ""  # the container
     notes: list = field(default_factory=list)  # what was missing or assumed, in sentences
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)  # one forward at a time
+    threads: int | None = None  # torch threads of the forward (None: the caller's)
 
     def __repr__(self) -> str:
         return (f"InferenceModel(step={self.step}, container v{self.version}, {self.parameters:,} parameters, quant={self.quant}, "
@@ -117,7 +122,9 @@ class InferenceModel:
         if not ctx: raise ValueError("next_logits: the context is empty; the model needs at least one byte")
         dev = next(self.model.parameters()).device
         x = torch.tensor(list(ctx), dtype=torch.int64, device=dev).unsqueeze(0)
-        with self.lock, torch.inference_mode():
+        cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, as in fit
+        env = {"CUBLAS_WORKSPACE_CONFIG": cublas} if dev.type == "cuda" else None
+        with FORWARD_LOCK, numeric_scope(self.threads, env=env), torch.inference_mode():
             feats = None if self.tables is None else self.tables.lookup(x)
             logits = self.model(x, self.depth, feats)
         return logits[0, -1].to("cpu", torch.float64).numpy()
@@ -146,14 +153,19 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
                        cfg=None,  # None: the run's config.toml; else a TrainCfg, a config file or a nested dict
                        depth: int | None = None,  # core depth of the forward (default: the run's model.depth)
                        device: str = "cpu",  # where the model runs
-                       threads: int | None = None,  # torch threads: None = the run's `threads` (as `fit` sets them), if known; 0 = leave as is
+                       threads: int | None = None,  # forward's threads: None = the run's, if known; 0 = the caller's
                        log=_log_stderr,  # where warnings go
                       ) -> InferenceModel:
     "Build the model of a checkpoint for inference: its weights, its n-gram tables, eval mode, no grad."
-    from dormouse.container import load_ckpt, load_run_ckpt
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"no checkpoint at {path}")
     _compute_cfg(TrainCfg(), quant)  # reject a bad quant before reading anything
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
+        raise InferenceError(f"threads={threads!r}: use an integer >= 1, 0 (the caller's count) or None (the run's)")
+    with numeric_scope():  # whatever loading touches, the caller gets its settings back
+        return _load_model_weights(path, quant, cfg, depth, device, threads, log)
+
+def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> InferenceModel:
     notes, sidecar = [], path.with_suffix(".ngram")
     if sidecar.exists(): ck, tables = load_run_ckpt(path)
     else: ck, tables = load_ckpt(path), None
@@ -187,11 +199,11 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
     if latch.tripped and ccfg.quant != "fp32":
         notes.append(f"quant={ccfg.quant} requested, but the checkpoint's fallback latch has tripped: factors run fp32")
     if threads is None and isinstance(cfg, dict) and "threads" not in cfg: threads = 0  # the run's count is unknown: leave it
-    if threads is None or threads > 0: torch.set_num_threads(run_cfg.threads if threads is None else int(threads))
+    threads = run_cfg.threads if threads is None else threads
     depth = run_cfg.model.depth if depth is None else int(depth)
     if depth < 1: raise InferenceError(f"depth={depth} must be >= 1")
     return InferenceModel(model, tables, run_cfg, ck.step, ck.version, quant_format(model) + ("+bf16" if model.bf16 else ""),
-                          depth, str(path), notes)
+                          depth, str(path), notes, threads or None)
 
 # %% ../nbs/10_infer.ipynb #4b03b7e2
 MAX_SEED = 2**64 - 1  # seeds are u64 keys of the sampling draws
@@ -207,8 +219,10 @@ def _is_int(v) -> bool: return isinstance(v, numbers.Integral) and not isinstanc
 def check_generate_args(prompt, max_bytes, temperature, top_k, seed) -> bytes:
     "Validate `generate`'s arguments (raising `GenerateArgError` naming the argument); returns the prompt as bytes."
     if isinstance(prompt, str):
-        try: prompt = prompt.encode("utf-8")
-        except UnicodeEncodeError as e: raise GenerateArgError("prompt", f"not encodable as UTF-8 ({e.reason})") from None
+        try: prompt = prompt.encode("utf-8", "surrogateescape")  # undecodable bytes (argv, os.fsdecode) are bytes again
+        except UnicodeEncodeError as e:
+            raise GenerateArgError("prompt", f"is not text: {e.object[e.start]!r} at index {e.start} is a lone "
+                                   "surrogate that is no escaped byte; pass bytes to give arbitrary bytes") from None
     if not isinstance(prompt, (bytes, bytearray, memoryview)):
         raise GenerateArgError("prompt", f"must be bytes or str, not {type(prompt).__name__}")
     prompt = bytes(prompt)
@@ -299,7 +313,11 @@ def parse_generate_request(req,  # the decoded JSON body
 class _Handler(BaseHTTPRequestHandler):
     server_version = "dormouse"
     protocol_version = "HTTP/1.0"  # one request per connection: no keep-alive state to get wrong
-    timeout = 30  # seconds a client may take to send its request
+    default_request_version = "HTTP/1.0"  # even an answer to a garbled request line starts with a status line
+
+    def setup(self):
+        self.timeout = self.server.read_timeout  # a client that stops sending is cut off, never waited on forever
+        super().setup()
 
     def log_message(self, fmt, *args):
         if not self.server.quiet: sys.stderr.write(f"{self.address_string()} - {fmt % args}\n")
@@ -313,7 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items(): self.send_header(k, v)
             self.end_headers()
             if getattr(self, "command", None) != "HEAD": self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError): pass  # the client left; nothing to answer
+        except OSError: pass  # the client left or stopped reading; nothing more to answer
 
     def _error(self, e: RequestError) -> None:
         self._json(e.status, {"error": e.message, "field": e.field, "status": e.status}, e.headers)
@@ -336,8 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
                                    {"Allow": ", ".join(ROUTES[path])})
             self._json(200, self._health() if path == "/health" else self._generate())
         except RequestError as e: self._error(e)
-        except Exception as e:  # a bug or a model failure: answer it, keep serving
-            self._error(RequestError(500, f"{type(e).__name__}: {e}", None))
+        except Exception as e:  # a bug or a model failure: answer it on one line, keep serving
+            self._error(RequestError(500, " ".join(f"{type(e).__name__}: {e}".split()), None))
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _dispatch
 
@@ -356,16 +374,34 @@ class _Handler(BaseHTTPRequestHandler):
         if n < 0: raise RequestError(400, f"Content-Length {cl!r} is not a byte count", "Content-Length")
         if n > self.server.max_body:
             if n <= _DRAIN_CAP:  # read and drop it, so the client is not cut off mid-send before it reads the 413
-                with contextlib.suppress(OSError): self.rfile.read(n)
+                with contextlib.suppress(RequestError): self._read_exact(n)
             raise RequestError(413, f"the body is {n} bytes; this server accepts at most {self.server.max_body}", "body")
-        raw = self.rfile.read(n)
-        if len(raw) < n: raise RequestError(400, f"the body ended after {len(raw)} of {n} bytes", "body")
-        return raw
+        return self._read_exact(n)
+
+    def _read_exact(self, n: int) -> bytes:
+        "The n bytes of the body within read_timeout seconds: 408 when the client stops sending, 400 when it closes."
+        deadline, buf, limit = time.monotonic() + self.server.read_timeout, bytearray(), self.server.read_timeout
+        while len(buf) < n:
+            try:
+                left = deadline - time.monotonic()
+                if left <= 0: raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(n - len(buf))
+            except TimeoutError:
+                raise RequestError(408, f"the body stopped after {len(buf)} of its {n} bytes (Content-Length) and "
+                                   f"nothing more came within {limit:g} s; send the whole body", "body") from None
+            if not chunk:
+                raise RequestError(400, f"the body ended after {len(buf)} of its {n} bytes (Content-Length)", "body")
+            buf += chunk
+        self.connection.settimeout(limit)
+        return bytes(buf)
 
     def _generate(self) -> dict:
         raw = self._read_body()
         try: req = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e: raise RequestError(400, f"the body is not valid JSON: {e}", "body") from None
+        except RecursionError:
+            raise RequestError(400, "the body is not valid JSON for this server: nested too deeply", "body") from None
         args = parse_generate_request(req, self.server.max_bytes_limit)
         out = generate(self.server.infer, **args)
         return {"completion": out.decode("utf-8", errors="replace"), "completion_b64": base64.b64encode(out).decode("ascii"),
@@ -373,13 +409,24 @@ class _Handler(BaseHTTPRequestHandler):
                 "temperature": args["temperature"], "top_k": args["top_k"]}
 
 # %% ../nbs/10_infer.ipynb #a97f21d8
+class ServeError(InferenceError):
+    "A server that cannot start (bad port, port in use, unknown host, bad limit), with what to do about it."
+
 class GenerateServer(ThreadingHTTPServer):
     "ThreadingHTTPServer over one `InferenceModel`; `.port` and `.url` tell where it listens."
     daemon_threads = True  # a stuck client never keeps the process alive
+    request_queue_size = 128  # listen backlog: a burst of clients waits in the kernel's queue instead of being reset
+    allow_reuse_port = False  # a port another server listens on is an error, never shared
 
-    def __init__(self, address: tuple, infer: InferenceModel, max_bytes_limit: int, max_body: int, quiet: bool = False):
+    def __init__(self, address: tuple, infer: InferenceModel | None, max_bytes_limit: int, max_body: int,
+                 quiet: bool = False, read_timeout: float = 5.0):
         self.infer, self.max_bytes_limit, self.max_body, self.quiet = infer, max_bytes_limit, max_body, quiet
+        self.read_timeout = read_timeout
         super().__init__(address, _Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        "A connection that broke outside the handler's answers: one log line (none when quiet), never a traceback."
+        if not self.quiet: sys.stderr.write(f"{client_address[0]} - connection error: {sys.exc_info()[1]!r}\n")
 
     @property
     def port(self) -> int: return self.server_address[1]
@@ -398,20 +445,52 @@ def is_loopback(host: str) -> bool:
     try: return ipaddress.ip_address(host).is_loopback
     except ValueError: return False
 
+_BIND_HINTS = {  # errno of a failed bind -> what it means and what to do
+    errno.EADDRINUSE: "is in use (another server?): stop that server, or pick another port (0 = any free one)",
+    errno.EACCES: "needs privileges (ports below 1024): use a port from 1024 to 65535",
+    errno.EADDRNOTAVAIL: "is not an address of this machine: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)"}
+
+def bind_address(host: str,  # a name or an IP address of this machine
+                 port: int,  # 0..65535 (0 = any free port)
+                ) -> tuple[int, tuple]:
+    "(address family, socket address) to listen on, or `ServeError` saying what is wrong and what to do."
+    if not _is_int(port) or not 0 <= port <= 65535:
+        raise ServeError(f"port {port!r} is not a TCP port: use 1024..65535, or 0 for any free port")
+    if not isinstance(host, str) or not host:
+        raise ServeError(f"host {host!r} is not a host name: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)")
+    try: infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise ServeError(f"host {host!r} does not resolve ({why}): use an address of this machine, such as "
+                         "127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)") from None
+    family, _, _, _, address = infos[0]
+    return family, address
+
 def make_server(ckpt,  # a container path, or an InferenceModel
                 host: str = "127.0.0.1",  # loopback by default: the API has no authentication
                 port: int = 8000,  # 0 = any free port (read it back from `.port`)
                 max_bytes_limit: int = 2048,  # largest max_bytes a request may ask for
                 max_body: int = 65536,  # largest request body in bytes (larger: 413)
                 quiet: bool = False,  # no per-request log lines on stderr
+                read_timeout: float = 5.0,  # seconds a client may take to send its request, headers and body (else 408)
                 **load_kw,  # passed to load_model_weights (quant, cfg, depth, device)
                ) -> GenerateServer:
-    "Load the model and bind the server (not serving yet)."
+    "Bind the server, then load the model (not serving yet); a bad host or port fails before anything is loaded."
     for k, v in (("max_bytes_limit", max_bytes_limit), ("max_body", max_body)):
-        if not _is_int(v) or v < 1: raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
-    infer = ckpt if isinstance(ckpt, InferenceModel) else load_model_weights(ckpt, **load_kw)
-    cls = _GenerateServer6 if ":" in host else GenerateServer
-    return cls((host, int(port)), infer, int(max_bytes_limit), int(max_body), quiet)
+        if not _is_int(v) or v < 1: raise ServeError(f"{k}={v!r}: use an integer >= 1")
+    if isinstance(read_timeout, bool) or not isinstance(read_timeout, numbers.Real) or not 0 < read_timeout < math.inf:
+        raise ServeError(f"read_timeout={read_timeout!r}: use a number of seconds > 0")
+    family, address = bind_address(host, port)
+    cls = _GenerateServer6 if family == socket.AF_INET6 else GenerateServer
+    try: server = cls(address, None, int(max_bytes_limit), int(max_body), quiet, float(read_timeout))
+    except OSError as e:
+        hint = _BIND_HINTS.get(e.errno, f"cannot be bound ({e.strerror or e}): use 127.0.0.1 and a free port (0 = any)")
+        raise ServeError(f"cannot listen on {host}:{port}: the port {hint}") from None
+    try: server.infer = ckpt if isinstance(ckpt, InferenceModel) else load_model_weights(ckpt, **load_kw)
+    except BaseException:
+        server.server_close()
+        raise
+    return server
 
 def serve(ckpt_path,  # a container path (or an InferenceModel)
           host: str = "127.0.0.1",  # interface to bind; loopback by default
@@ -419,10 +498,11 @@ def serve(ckpt_path,  # a container path (or an InferenceModel)
           max_bytes_limit: int = 2048,  # largest max_bytes a request may ask for
           max_body: int = 65536,  # largest request body in bytes
           ready=None,  # called with the bound server before serving (tests: learn the port)
+          read_timeout: float = 5.0,  # seconds a client may take to send its request (else 408)
           **load_kw,  # passed to load_model_weights
          ) -> None:
     "Serve `POST /generate` and `GET /health` until interrupted."
-    server = make_server(ckpt_path, host, port, max_bytes_limit, max_body, **load_kw)
+    server = make_server(ckpt_path, host, port, max_bytes_limit, max_body, read_timeout=read_timeout, **load_kw)
     m = server.infer
     print(f"dormouse serve: {server.url}  (step {m.step}, {m.parameters:,} parameters, container v{m.version}, "
           f"quant {m.quant}, n-gram {'on' if m.tables is not None else 'OFF'}) — POST /generate, GET /health", flush=True)

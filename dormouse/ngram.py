@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch
+from .fsio import atomic_write
 from .rng import splitmix64
 
 # %% auto #0
 __all__ = ['PAD', 'CHUNK_BYTES', 'SIDECAR_MAGIC', 'SIDECAR_VERSION', 'ngram_ids', 'table_zeros', 'NgramTables',
-           'fingerprint_update', 'SidecarError', 'SidecarHeader', 'fsync_dir', 'atomic_write', 'save_sidecar',
-           'read_sidecar_header', 'load_sidecar']
+           'fingerprint_update', 'SidecarError', 'SidecarHeader', 'save_sidecar', 'read_sidecar_header', 'load_sidecar',
+           'verify_sidecar']
 
 # %% ../nbs/05_ngram.ipynb #f6e2f779
 PAD = 256  # what positions before the start of a row read; no byte has this value
@@ -198,30 +199,6 @@ def _header_bytes(tables: NgramTables, train_step: int) -> bytes:
     return h + hashlib.sha256(h).digest()
 
 # %% ../nbs/05_ngram.ipynb #45991162
-def fsync_dir(d: Path):
-    "fsync a directory, so a rename inside it is durable (a no-op where directories cannot be opened)."
-    try: fd = os.open(d, os.O_RDONLY)
-    except OSError: return  # platforms without directory fds
-    try: os.fsync(fd)
-    except OSError: pass
-    finally: os.close(fd)
-
-def atomic_write(path, write_fn) -> Path:
-    "Write `path` atomically: `write_fn(f)` into a temp file in the same dir, fsync, os.replace, fsync the dir; returns `path`."
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write_fn(f)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
-        raise
-    fsync_dir(path.parent)
-    return path
-
 def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
                  tables: NgramTables,
                  train_step: int,  # the training step of the checkpoint this sidecar pairs with
@@ -299,3 +276,24 @@ def load_sidecar(path,
         if f.read(1): raise SidecarError(path, "trailer", "unexpected bytes after the last section")
     tables.table_step = hd.table_step
     return tables, hd.train_step, hd.table_step
+
+# %% ../nbs/05_ngram.ipynb #53f7e981
+def verify_sidecar(path) -> SidecarHeader:
+    "Check a sidecar's header, size and both payload checksums, streaming, without building its tables."
+    with open(path, "rb") as f:
+        hd = _read_header(f, path)
+        size = os.fstat(f.fileno()).st_size
+        if size != hd.file_bytes:
+            raise SidecarError(path, "header", f"the file is {size} bytes, its header says {hd.file_bytes}")
+        buf = memoryview(bytearray(max(1, min(CHUNK_BYTES, hd.section_bytes))))
+        for name in ("weight", "momentum"):
+            h, left = hashlib.sha256(), hd.section_bytes
+            while left:
+                n = f.readinto(buf[:min(left, len(buf))])
+                if not n:
+                    raise SidecarError(path, name, "truncated")
+                h.update(buf[:n])
+                left -= n
+            if h.digest() != f.read(32):
+                raise SidecarError(path, name, "checksum mismatch (corrupt payload)")
+    return hd

@@ -5,16 +5,17 @@ random moment never leaves a torn file under a final name. Offsets come from dor
 v1/v2 have no checksum: a flipped bit inside their payloads (or in the step field, or v2's latch bit) can load silently,
 which is why v3 exists. Their bit-flip tests cover only what a check can catch: magic, length fields, unknown flag bits.
 """
-import dataclasses, os, pickle, signal, struct, subprocess, sys, textwrap, time, zipfile, zlib
+import dataclasses, os, pickle, signal, struct, subprocess, sys, textwrap, time, warnings, zipfile, zlib
 from pathlib import Path
 
 import pytest
 import torch
 
-from dormouse.container import (CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, load_run_ckpt, find_latest,
-                                numeric_env, save_ckpt, save_run_ckpt, write_v1, write_v2, describe)
-from dormouse.container import _HEAD, _ENTRY, _HEADER_LEN, _SECTIONS
-from dormouse.ngram import NgramTables, save_sidecar
+from dormouse.checkpoints import describe, find_latest, list_ckpts, load_run_ckpt, save_run_ckpt
+from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt, write_v1, write_v2
+from dormouse.numerics import numeric_env
+from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
+from dormouse.ngram import NgramTables, read_sidecar_header, save_sidecar
 from dormouse.rng import keyed_normal, keyed_randint, keyed_uniform
 from dormouse.stress import StressMonitor
 
@@ -57,9 +58,9 @@ def refused(d: Path, data: bytes, name="bad.dmck") -> CheckpointError:
 def boundaries(version: int, blob: bytes) -> list:
     "Section start/end offsets of a container of this version."
     if version == 3:
-        cuts = [0, 8, 16, 24, 32, _HEADER_LEN - 4, _HEADER_LEN]
-        for i in range(len(_SECTIONS)):
-            _, off, n, _, _ = _ENTRY.unpack_from(blob, _HEAD.size + i * _ENTRY.size)
+        cuts = [0, 8, 16, 24, 32, HEADER_LEN - 4, HEADER_LEN]
+        for i in range(len(SECTIONS)):
+            _, off, n, _, _ = ENTRY.unpack_from(blob, HEADER.size + i * ENTRY.size)
             cuts += [off, off + n]
         return cuts
     if version == 2:
@@ -89,13 +90,13 @@ def test_truncation_at_every_boundary_and_keyed_random_cuts(files, version):
     cuts = sorted(c for c in cuts if 0 <= c < len(blob))
     sections = {refused(d, blob[:c]).section for c in cuts}
     assert len(cuts) > 200
-    expect = {1: {"model", "optim"}, 2: {"model", "optim", "teacher"}, 3: set(_SECTIONS)}[version]
+    expect = {1: {"model", "optim"}, 2: {"model", "optim", "teacher"}, 3: set(SECTIONS)}[version]
     assert expect <= sections, sections  # a truncation names the section it cut into
 
 
 def test_v3_every_header_bit_and_keyed_random_bits(files):
     blob, d = files[3], files["dir"]
-    bits = list(range(8 * _HEADER_LEN)) + keyed_randint(3, 1, STREAM_TEST, 8 * _HEADER_LEN, 8 * len(blob) - 1, 400).tolist()
+    bits = list(range(8 * HEADER_LEN)) + keyed_randint(3, 1, STREAM_TEST, 8 * HEADER_LEN, 8 * len(blob) - 1, 400).tolist()
     seen = set()
     for b in bits:
         bad = bytearray(blob); bad[b // 8] ^= 1 << (b % 8)
@@ -105,11 +106,11 @@ def test_v3_every_header_bit_and_keyed_random_bits(files):
 
 def test_v3_two_byte_bursts_in_every_section(files):
     blob, d = files[3], files["dir"]
-    for i in range(len(_SECTIONS)):
-        _, off, n, _, _ = _ENTRY.unpack_from(blob, _HEAD.size + i * _ENTRY.size)
+    for i in range(len(SECTIONS)):
+        _, off, n, _, _ = ENTRY.unpack_from(blob, HEADER.size + i * ENTRY.size)
         for at in keyed_randint(3, 2 + i, STREAM_TEST, off, off + n - 2, 10).tolist():
             bad = bytearray(blob); bad[at] ^= 0xFF; bad[at + 1] ^= 0x5A
-            assert refused(d, bytes(bad)).section == _SECTIONS[i]
+            assert refused(d, bytes(bad)).section == SECTIONS[i]
 
 
 def test_v2_detectable_header_bits(files):
@@ -141,17 +142,17 @@ def test_trailing_bytes(files, version):
 
 def resign(blob: bytes, lengths: dict) -> bytes:
     "A v3 file whose header (with a valid checksum) declares other section lengths: crafted, not damaged."
-    head = bytearray(blob[:_HEADER_LEN]); off = _HEADER_LEN
-    for j, name in enumerate(_SECTIONS):
-        at = _HEAD.size + j * _ENTRY.size
-        tag, _, n, c, pr = _ENTRY.unpack_from(head, at)
+    head = bytearray(blob[:HEADER_LEN]); off = HEADER_LEN
+    for j, name in enumerate(SECTIONS):
+        at = HEADER.size + j * ENTRY.size
+        tag, _, n, c, pr = ENTRY.unpack_from(head, at)
         n = lengths.get(name, n)
-        _ENTRY.pack_into(head, at, tag, off, n, c, pr); off += n
+        ENTRY.pack_into(head, at, tag, off, n, c, pr); off += n
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
-    return bytes(head) + blob[_HEADER_LEN:]
+    return bytes(head) + blob[HEADER_LEN:]
 
 
-@pytest.mark.parametrize("name", _SECTIONS)
+@pytest.mark.parametrize("name", SECTIONS)
 def test_v3_lengths_past_the_end(files, name):
     e = refused(files["dir"], resign(files[3], {name: 2**40}))
     assert e.section == name and "past the end" in str(e)
@@ -161,9 +162,9 @@ def test_v3_crafted_inconsistent_tables(files):
     blob, d = files[3], files["dir"]
     e = refused(d, resign(blob, {"model": 10, "optim": 10}) )  # lengths shrink: the rest is trailing / unparsable
     assert e.section in ("trailer", "model")
-    head = bytearray(blob[:_HEADER_LEN]); struct.pack_into("<Q", head, _HEAD.size + 8, 999)  # an offset that is not contiguous
+    head = bytearray(blob[:HEADER_LEN]); struct.pack_into("<Q", head, HEADER.size + 8, 999)  # an offset that is not contiguous
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
-    assert refused(d, bytes(head) + blob[_HEADER_LEN:]).section == "header"
+    assert refused(d, bytes(head) + blob[HEADER_LEN:]).section == "header"
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -209,11 +210,11 @@ def test_pickle_files_are_refused_and_never_run(files, tmp_path):
     # the right magic and a valid header checksum, but a pickle where the model section should be
     payload = pickle.dumps(Bomb(marker))
     blob = files[3]
-    _, off, n, _, _ = _ENTRY.unpack_from(blob, _HEAD.size)
+    _, off, n, _, _ = ENTRY.unpack_from(blob, HEADER.size)
     model = payload + b"\0" * (n - len(payload))
-    head = bytearray(blob[:_HEADER_LEN])
-    tag, o, ln, _, pr = _ENTRY.unpack_from(head, _HEAD.size)
-    _ENTRY.pack_into(head, _HEAD.size, tag, o, ln, zlib.crc32(model), pr)
+    head = bytearray(blob[:HEADER_LEN])
+    tag, o, ln, _, pr = ENTRY.unpack_from(head, HEADER.size)
+    ENTRY.pack_into(head, HEADER.size, tag, o, ln, zlib.crc32(model), pr)
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
     e = refused(d, bytes(head) + model + blob[off + n:], "evil.dmck")
     assert e.section == "model"
@@ -229,12 +230,12 @@ def test_describe_never_raises_on_bad_files(files):
     with pytest.raises(CheckpointError): describe(d / "does-not-exist.dmck")
 
 
-def pair_dir(tmp_path, step=100):
+def pair_dir(tmp_path, step=100, keep=3):
     s = small_state(step=step)
     tables = NgramTables([2, 3], 32, 4)
     tables.table_step = step
     tables.weight += torch.from_numpy(keyed_normal(1, step, STREAM_TEST, tables.weight.numel()).astype("float32")).view(tables.weight.shape)
-    save_run_ckpt(tmp_path, s, tables, keep=3)
+    save_run_ckpt(tmp_path, s, tables, keep=keep)
     return s, tables
 
 
@@ -281,9 +282,71 @@ def test_find_latest_skips_torn_and_refuses_when_nothing_loads(tmp_path):
     with pytest.raises(CheckpointError, match="none loadable"): find_latest(tmp_path, log=lambda m: None)
 
 
+def rotation_run(d: Path, keep: int, junk: list, steps: list) -> list:
+    "Junk files first, then paired saves at `steps` with `keep`; returns the warnings rotation gave."
+    d.mkdir(parents=True, exist_ok=True)
+    for name in junk: (d / name).write_bytes(b"junk, not a container")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in steps: pair_dir(d, step, keep)
+    return [str(w.message) for w in caught]
+
+
+def test_rotation_keeps_the_checkpoint_just_written_past_a_junk_name(tmp_path):
+    "Issue 13 repro: keep=1 and a junk ckpt/step_000999.dmck; the next save used to delete the checkpoint it wrote."
+    warned = rotation_run(tmp_path, 1, ["step_000999.dmck"], [10])
+    assert (tmp_path / "step_000010.dmck").exists() and (tmp_path / "step_000010.ngram").exists()
+    assert (tmp_path / "step_000999.dmck").read_bytes() == b"junk, not a container"  # left alone ...
+    assert len(warned) == 1 and "step_000999.dmck" in warned[0]  # ... and named
+    ck, tables, p = find_latest(tmp_path, log=lambda m: None)
+    assert (ck.step, p.name, tables.table_step) == (10, "step_000010.dmck", 10)
+
+
+def test_rotation_counts_loadable_checkpoints_not_names(tmp_path):
+    "Issue 13 repro: keep=3 and three junk files used to delete checkpoints 10-30; unknown files stay and are named."
+    warned = rotation_run(tmp_path, 3, ["step_000997.dmck", "step_000998.dmck", "step_000999.dmck", "notes.txt"],
+                          [10, 20, 30])
+    assert [s for s, _ in list_ckpts(tmp_path)] == [10, 20, 30, 997, 998, 999]
+    for step in (10, 20, 30): assert load_run_ckpt(tmp_path / f"step_{step:06d}.dmck")[0].step == step
+    assert warned and all("notes.txt" in w and "step_000997.dmck" in w for w in warned)
+    assert (tmp_path / "notes.txt").exists()
+    with pytest.warns(UserWarning, match="notes.txt"): pair_dir(tmp_path, 40, 3)  # rotation still rotates the real ones
+    assert [s for s, _ in list_ckpts(tmp_path)] == [20, 30, 40, 997, 998, 999]
+    assert not (tmp_path / "step_000010.ngram").exists()
+
+
+def test_rotation_of_a_clean_directory(tmp_path):
+    "Without junk: the newest `keep` pairs stay, older pairs, orphan sidecars and stray temp files go, nothing warns."
+    (tmp_path / "step_000005.ngram").write_bytes(b"orphan")
+    (tmp_path / ".step_000007.dmck.tmp.12345").write_bytes(b"stray")
+    assert rotation_run(tmp_path, 2, [], [10, 20, 30]) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000020.dmck", "step_000020.ngram", "step_000030.dmck",
+                                                          "step_000030.ngram"]
+
+
+def test_describe_verifies_the_sidecar_payload(tmp_path):
+    "Issue 13 repro: a sidecar with one flipped payload byte used to be described as 'matches' and 'verdict: loads'."
+    pair_dir(tmp_path)
+    cp, sp = tmp_path / "step_000100.dmck", tmp_path / "step_000100.ngram"
+    assert "matches" in describe(cp) and describe(cp).endswith("verdict: loads")
+    good = sp.read_bytes()
+    hd = read_sidecar_header(sp)
+    for pos in (hd.header_bytes, hd.header_bytes + hd.section_bytes - 1, hd.file_bytes - 33 - 7):  # weight, momentum
+        bad = bytearray(good); bad[pos] ^= 0x01; sp.write_bytes(bytes(bad))
+        out = describe(cp)
+        assert "matches" not in out and "checksum mismatch" in out and "verdict: REFUSED" in out, out
+        with pytest.raises(CheckpointError, match="checksum mismatch"): load_run_ckpt(cp)
+    save_sidecar(sp, NgramTables([2, 3], 32, 4), 100)  # intact, but another run's tables
+    assert "DOES NOT MATCH" in describe(cp) and "verdict: REFUSED" in describe(cp)
+    sp.write_bytes(good)
+    assert describe(cp).endswith("verdict: loads")
+
+
 WRITER = textwrap.dedent("""
     import sys, torch
-    from dormouse.container import RunState, numeric_env, save_run_ckpt
+    from dormouse.checkpoints import save_run_ckpt
+    from dormouse.container import RunState
+    from dormouse.numerics import numeric_env
     w = torch.arange(4_000_000, dtype=torch.float32)  # ~16 MB model, ~48 MB container: kills land inside saves
     s = RunState(step=0, model={"w": w}, optim={"state": {0: {"m": w * 2, "v": w * 3}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
                  teacher=None, flags=0, stress=None, table_step=None, env=numeric_env(1))

@@ -5,7 +5,8 @@ import pytest
 
 from dormouse.cli import main
 from dormouse.data import COMPRESSORS, compressor_baselines, load_corpus
-from dormouse.train import RunPaths, plot_run, read_jsonl, run_baselines
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.view import plot_run, run_baselines
 
 CONFIG = """
 data = "{data}"

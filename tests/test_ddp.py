@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.train import RunPaths, read_jsonl
-from conftest import assert_same_run, losses
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import assert_same_run, losses
 
 CONFIG = """
 steps = 24

@@ -7,8 +7,8 @@ import numpy as np
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
-from dormouse.train import RunPaths, read_jsonl
-from conftest import assert_same_run
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import assert_same_run
 
 KILLS = 20
 # A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a sidecar) and frequent,
@@ -57,7 +57,10 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
     delays = keyed_uniform(seed=2026, step=0, stream=99, n=200)
     attempt = 0
     while True:
-        proc = subprocess.Popen(train_cmd(cfg_file, run, attempt > 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # resume once a checkpoint exists; a kill before the first one leaves nothing to resume (a resume over that
+        # history is refused), so the run starts fresh again
+        resume = bool(RunPaths(run).checkpoints())
+        proc = subprocess.Popen(train_cmd(cfg_file, run, resume), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         killed = False
         if kills < KILLS:
             start_rows = n_rows(run)

@@ -2,7 +2,9 @@
 import matplotlib
 matplotlib.use("Agg")
 
-from dormouse.train import LivePanel, fit, tiny_cfg
+from dormouse.view import LivePanel
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
 
 
 def test_live_panel_draws_rows(tmp_path):

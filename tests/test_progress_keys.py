@@ -4,8 +4,9 @@ import dataclasses
 import pytest
 
 from dormouse.config import PROGRESS_KEYS
-from dormouse.train import fit, tiny_cfg
-from conftest import assert_same_run, losses
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
+from dormouse.testing import assert_same_run, losses
 
 BASE = dict(steps=20, log_every=5, ckpt_every=10, eval=True, eval_every=10)
 FLIPS = {"steps": 28, "log_every": 3, "ckpt_every": 7, "eval": False, "eval_every": 4}

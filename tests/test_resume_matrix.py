@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.train import RunPaths, fit, tiny_cfg
-from conftest import assert_same_run, losses
+from dormouse.rundir import RunPaths
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
+from dormouse.testing import assert_same_run, losses
 
 STEPS = 24
 # A covering set of feature combinations: every pair of (aux, quant, rand_depth, stress, ngram) values appears.

@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt, write_v1, write_v2
-from dormouse.train import EnvDriftError, RunPaths, fit, read_jsonl, tiny_cfg
-from conftest import assert_same_run, losses
+from dormouse.numerics import EnvDriftError
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.train import fit
+from dormouse.testing import tiny_cfg
+from dormouse.testing import assert_same_run, losses
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,17 @@ import pytest
 import torch
 
 from dormouse.config import DriftError, read_snapshot
-from dormouse.container import list_ckpts, load_ckpt, numeric_env, save_run_ckpt
-from dormouse.train import RunPaths, build_parts, fit, pre_batches, read_jsonl, tiny_cfg, to_run_state
+from dormouse.checkpoints import list_ckpts, save_run_ckpt
+from dormouse.container import load_ckpt
+from dormouse.numerics import numeric_env
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.parts import build_parts, to_run_state
+from dormouse.train import fit
+from dormouse.step import pre_batches
+from dormouse.testing import tiny_cfg
 import dormouse.targets as targets_mod
 from dormouse.targets import TargetsError, open_targets, precompute_jepa_targets
-from conftest import assert_same_run, final_ckpt, losses
+from dormouse.testing import assert_same_run, final_ckpt, losses
 
 STEPS = 24
 COMBOS = {"default": dict(), "fp8-check-rand": dict(quant="fp8", quant_check=True, rand_depth=True)}
@@ -61,7 +67,8 @@ def test_offline_targets_equal_a_frozen_ema_teacher(tmp_path):
     assert losses(tmp_path / "ema") == losses(tmp_path / "offline")
     a, b = final_ckpt(tmp_path / "ema"), final_ckpt(tmp_path / "offline")
     assert a.teacher is not None and b.teacher is None
-    for k in a.model: assert torch.equal(a.model[k], b.model[k]), k
+    for k in a.model:
+        assert torch.equal(a.model[k], b.model[k]), k
 
 
 def test_refuses_uncovered_steps(teacher, tmp_path):
@@ -92,7 +99,8 @@ def test_damaged_shard_is_refused_naming_it(teacher, tmp_path):
     shard.write_bytes(raw[: len(raw) // 2])  # truncated: refused before step 0
     with pytest.raises(TargetsError, match=r"shard_00001\.safetensors: truncated"):
         fit(cfg, tmp_path / "run", progress=False)
-    flipped = bytearray(raw); flipped[len(raw) // 2] ^= 1  # same size, one bit: refused when the shard is first read
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 1  # same size, one bit: refused when the shard is first read
     shard.write_bytes(bytes(flipped))
     with pytest.raises(TargetsError, match=r"shard_00001\.safetensors: corrupt shard"):
         fit(dataclasses.replace(cfg, ckpt_every=2), tmp_path / "run2", progress=False)
@@ -119,7 +127,8 @@ def test_failed_precompute_leaves_nothing(teacher, tmp_path, monkeypatch):
     cfg = run_cfg(tmp_path / "targets", steps=12)
     real = targets_mod.depth_for_step
     def boom(c, s):
-        if s == 7: raise RuntimeError("killed at step 7")
+        if s == 7:
+            raise RuntimeError("killed at step 7")
         return real(c, s)
     monkeypatch.setattr(targets_mod, "depth_for_step", boom)
     with pytest.raises(RuntimeError, match="killed"):
