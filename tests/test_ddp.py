@@ -73,6 +73,19 @@ def test_two_rank_resume_is_bitwise(cfg_file, uninterrupted, tmp_path):
     assert_same_run(uninterrupted, run)
 
 
+def test_two_rank_resume_is_bitwise_stream_order(cfg_file, tmp_path):
+    "The same guarantee in the ADR's contiguous order (the runs above use the default, shuffled)."
+    stream = tmp_path / "stream.toml"
+    stream.write_text(cfg_file.read_text().replace("stress = true\n", "stress = true\ndata_order = \"stream\"\n"))
+    assert 'data_order = "stream"' in stream.read_text()
+    for run, first in [(tmp_path / "whole", []), (tmp_path / "resumed", ["--steps", 12])]:
+        r = torchrun(stream, run, *first)
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = torchrun(stream, tmp_path / "resumed", "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_same_run(tmp_path / "whole", tmp_path / "resumed")
+
+
 def test_resume_under_another_world_size_is_refused(cfg_file, uninterrupted, tmp_path):
     import shutil
     run = tmp_path / "one"

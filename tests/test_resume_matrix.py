@@ -21,7 +21,8 @@ COMBOS = {
     "fp8-stress-rand-nongram": dict(quant="fp8", quant_check=True, stress=True, rand_depth=True, ngram=False),
     "everything":          dict(aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True,
                                 stress_refuse=True, stress_k=1.5),
-}
+    "stream-fp8-check":    dict(data_order="stream", quant="fp8", quant_check=True),  # the ADR's contiguous order
+}  # every combination above runs in the default data_order, "shuffled"
 
 
 def cfg_for(name, **kw):
