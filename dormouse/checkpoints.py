@@ -109,13 +109,14 @@ def check_corpus(stamp: dict | None) -> None:
     try:
         now = corpus_stamp(p)
     except OSError as e:
-        raise CorpusChangedError(f"corpus {p}: {e.strerror or e} while the run uses it: no checkpoint written") from None
+        raise CorpusChangedError(f"corpus {p}: {e.strerror or e} while the run uses it: "
+                                 "no checkpoint written") from None
     what = [f"size {stamp['size']:,} -> {now['size']:,} bytes"] if now["size"] != stamp["size"] else []
     what += ["sampled bytes differ"] if now["sha256"] != stamp["sha256"] else []
     what += ["modified (mtime changed)"] if now["mtime_ns"] != stamp["mtime_ns"] and not what else []
     if what:
-        raise CorpusChangedError(f"corpus {p} changed while the run used it ({', '.join(what)}): no checkpoint written. "
-                                 "Restore the original bytes and resume from the last checkpoint (the resume checks "
+        raise CorpusChangedError(f"corpus {p} changed while the run used it ({', '.join(what)}): no checkpoint "
+                                 "written. Restore the original bytes and resume from the last checkpoint (the resume checks "
                                  "the full sha256), or start a new run.")
 
 # %% ../nbs/08b_checkpoints.ipynb #f50361fc

@@ -252,8 +252,8 @@ def _layout_v3(f, path, size, head) -> dict:
 
 # %% ../nbs/08_container.ipynb #143b9b12
 _LOST = {
-    "teacher": "EMA teacher: not in this v{v} container. If this run trained with aux (JEPA), a resume must rebuild the "
-               "teacher as a copy of the student, so the JEPA target differs from the original run from the first "
+    "teacher": "EMA teacher: not in this v{v} container. If this run trained with aux (JEPA), a resume must rebuild "
+               "the teacher as a copy of the student, so the JEPA target differs from the original run from the first "
                "resumed step.",
     "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run "
              "had fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different "
