@@ -301,7 +301,8 @@ def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:
         return f"sidecar: {sp.name} MISSING", ck.sidecar is None
     try:
         hd = verify_sidecar(sp)
-        ok = hd.train_step == ck.step and (ck.sidecar is None or sidecar_id(sp)["id"] == ck.sidecar["id"])
+        paired = hd.table_step == ck.step if ck.sidecar is None else sidecar_id(sp)["id"] == ck.sidecar["id"]
+        ok = hd.train_step == ck.step and paired  # a legacy container pairs by table step (see `load_run_ckpt`)
         return (f"sidecar: {sp.name} train_step {hd.train_step}, table_step {hd.table_step}: "
                 f"{'matches' if ok else 'DOES NOT MATCH'}"), ok
     except Exception as e:  # describe reports; it never raises on a bad file
