@@ -38,13 +38,15 @@ def main():
         one = t / "one"
         r = subprocess.run([sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfgf), "--run-dir", str(one),
                             "--threads", str(args.cores), *common], capture_output=True, text=True)
-        if r.returncode: sys.exit(r.stderr)
+        if r.returncode:
+            sys.exit(r.stderr)
         two = t / "two"
         r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                             "-m", "dormouse.cli", "train", "--config", str(cfgf), "--run-dir", str(two),
                             "--threads", str(max(1, args.cores // 2)), *common],
                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(max(1, args.cores // 2))})
-        if r.returncode: sys.exit(r.stdout + r.stderr)
+        if r.returncode:
+            sys.exit(r.stdout + r.stderr)
         a = steady_tok_s(one, cfg.batch, cfg.seq_len, warm)
         b = steady_tok_s(two, cfg.batch, cfg.seq_len, warm)
     print(f"1 rank x {args.cores} threads: {a:,.0f} tok/s")

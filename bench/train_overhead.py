@@ -75,7 +75,8 @@ class HandLoop:
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], self.clip)
-        for g in optim.param_groups: g["lr"] = lr_at(cfg, step)
+        for g in optim.param_groups:
+            g["lr"] = lr_at(cfg, step)
         optim.step()
         tables.step()
 
@@ -132,26 +133,33 @@ class Timers:
         def timed(*a, **kw):
             step = (a[3] if len(a) > 3 else kw["step"]) if paired else None  # train_step(parts, corpus, cfg, step, ...)
             pair = paired and self.pair is not None
-            if pair and step % 2: hand_step(step)  # odd steps: hand first, even: fit first (no order bias)
+            if pair and step % 2:
+                hand_step(step)  # odd steps: hand first, even: fit first (no order bias)
             t = time.perf_counter()
-            try: out = orig(*a, **kw)
+            try:
+                out = orig(*a, **kw)
             finally:
                 calls.append(time.perf_counter() - t)
-                if paired: self.fit_dt[step] = calls[-1]
-            if pair and not step % 2: hand_step(step)
+                if paired:
+                    self.fit_dt[step] = calls[-1]
+            if pair and not step % 2:
+                hand_step(step)
             return out
         setattr(owner, attr, timed)
         self._undo.append((owner, attr, orig))
 
     def __enter__(self):
         for f in self.FUNCS:
-            if hasattr(train_mod, f): self._wrap(train_mod, f, f)
+            if hasattr(train_mod, f):
+                self._wrap(train_mod, f, f)
         if hasattr(train_mod, "MetricsLog"):
-            for m in self.METHODS: self._wrap(train_mod.MetricsLog, m, f"MetricsLog.{m}")
+            for m in self.METHODS:
+                self._wrap(train_mod.MetricsLog, m, f"MetricsLog.{m}")
         return self
 
     def __exit__(self, *exc):
-        for owner, attr, orig in reversed(self._undo): setattr(owner, attr, orig)
+        for owner, attr, orig in reversed(self._undo):
+            setattr(owner, attr, orig)
         self._undo, self.pair = [], None
         return False
 
@@ -183,7 +191,8 @@ def matmul_peak(threads: int, reps: int = 7) -> tuple[float, dict]:
         rate = 0.0
         for _ in range(reps):
             t = time.perf_counter()
-            for _ in range(inner): torch.mm(a, b)
+            for _ in range(inner):
+                torch.mm(a, b)
             rate = max(rate, 2 * n ** 3 * inner / (time.perf_counter() - t))
         best[n] = rate
     return max(best.values()), best
@@ -202,7 +211,8 @@ def main(argv=None):
     ap.add_argument("--dir", type=str, default="", help="parent directory for fit's run dirs (default: a temp dir)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 40 steps, checkpoints every 20, 1 round")
     a = ap.parse_args(argv)
-    if a.quick: a.steps, a.ckpt_every, a.rounds = 40, 20, 1
+    if a.quick:
+        a.steps, a.ckpt_every, a.rounds = 40, 20, 1
     if a.steps % a.ckpt_every or a.steps < 2 * a.ckpt_every:
         ap.error(f"--steps ({a.steps}) must be a multiple of --ckpt-every ({a.ckpt_every}) and at least twice it")
 
@@ -237,7 +247,8 @@ def main(argv=None):
             timers.pair_dt, timers.fit_dt = {}, {}
             if a.mode == "runs":
                 hts = hand_run(cfg, corpus)
-                with timers: fts = fit_run(cfg, run_dir)
+                with timers:
+                    fts = fit_run(cfg, run_dir)
                 hand_s = {s: hts[s] - hts[s - 1] for s in win}
                 fit_e = {s: fts[s] - fts[s - 1] for s in win}
             else:
@@ -266,11 +277,14 @@ def main(argv=None):
         lines = [(1e3 * lowq(fit_train, a.q) - hand_ms, f"train_step beyond the hand loop's step ({1e3 * lowq(fit_train, a.q):.1f} ms)"),
                  (1e3 * lowq(rest_plain, a.q), "rest of fit's loop on a plain step (row, metrics write, glue)")]
         for name, calls in sorted(timers.calls.items(), key=lambda kv: -sum(kv[1])):
-            if not calls: continue
+            if not calls:
+                continue
             per_run, per_call = len(calls) / a.rounds, 1e3 * lowq(calls, a.q)
             label = f"{name}: {per_call:.2f} ms x {per_run:g}/run (max {1e3 * max(calls):.1f})"
-            if per_run >= cfg.steps: lines.append((None, label + " [in the line above]"))
-            else: lines.append((per_call * per_run / cfg.steps, label))
+            if per_run >= cfg.steps:
+                lines.append((None, label + " [in the line above]"))
+            else:
+                lines.append((per_call * per_run / cfg.steps, label))
         print(f"overhead breakdown, ms per training step (q{round(100 * a.q)} of each side's times; hand-loop step {hand_ms:.1f} ms):")
         for ms, what in lines:
             print(f"  {what:76s} " + ("" if ms is None else f"{ms:7.2f} ms {100 * ms / hand_ms:6.2f}%"))
@@ -297,7 +311,8 @@ def main(argv=None):
         print(f"achieved {ach / 1e9:.1f} GFLOP/s = {100 * ach / peak:.1f}% of measured fp32 matmul peak "
               f"{peak / 1e9:.1f} GFLOP/s  (hand loop, q{round(100 * a.q)} step {hand_ms:.1f} ms)")
     finally:
-        if not a.dir: shutil.rmtree(parent, ignore_errors=True)
+        if not a.dir:
+            shutil.rmtree(parent, ignore_errors=True)
     return 0
 
 

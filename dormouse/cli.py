@@ -40,7 +40,8 @@ def key_docs(cls=TrainCfg, prefix: str = "") -> dict[str, str]:
     docs, types, out = field_docs(cls), field_types(cls), {}
     for f in dataclasses.fields(cls):
         out[f"{prefix}{f.name}"] = docs.get(f.name, "")
-        if dataclasses.is_dataclass(types[f.name]): out.update(key_docs(types[f.name], f"{prefix}{f.name}."))
+        if dataclasses.is_dataclass(types[f.name]):
+            out.update(key_docs(types[f.name], f"{prefix}{f.name}."))
     return out
 
 # %% ../nbs/11_cli.ipynb #26f20a39
@@ -57,12 +58,16 @@ def normalize_flags(argv: list[str]) -> list[str]:
 
 def cli_value(text: str, t):
     "A flag's text as a value of annotated type `t`, or kept as text for the type check to name."
-    if t is str: return text
+    if t is str:
+        return text
     if typing.get_origin(t) is list:
         return [cli_value(x.strip(), typing.get_args(t)[0]) for x in text.strip("[]").split(",") if x.strip()]
-    if t is int and re.fullmatch(r"[+-]?\d+", text.strip()): return int(text)
-    try: return float(text) if t in (int, float) else text
-    except ValueError: return text
+    if t is int and re.fullmatch(r"[+-]?\d+", text.strip()):
+        return int(text)
+    try:
+        return float(text) if t in (int, float) else text
+    except ValueError:
+        return text
 
 # %% ../nbs/11_cli.ipynb #bcc69ea7
 _METAVARS = {int: "INT", float: "NUM", str: "TEXT", list[int]: "INT,INT"}
@@ -74,25 +79,33 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
               "env": p.add_argument_group("environment keys", "checked with the numeric environment on a resume")}
     docs, defaults = key_docs(), flatten(cfg_to_dict(TrainCfg()))
     for key, t in field_types().items():
-        if dataclasses.is_dataclass(t): continue
+        if dataclasses.is_dataclass(t):
+            continue
         g = groups["progress" if key in PROGRESS_KEYS else "env" if key in ENV_KEYS else "plan"]
         text = f"{docs[key]} (default: {json.dumps(defaults[key])})".replace("%", "%%")
         flag = "--" + key.replace("_", "-")
-        if t is bool: g.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else: g.add_argument(flag, dest=key, default=None, metavar=_METAVARS[t], help=text)
+        if t is bool:
+            g.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            g.add_argument(flag, dest=key, default=None, metavar=_METAVARS[t], help=text)
 
 def train_cfg_from_args(args: argparse.Namespace) -> TrainCfg:
     "Base config (--config file, else the run's snapshot on --resume, else defaults) with the given flags applied."
     snap = Path(args.run_dir) / "config.toml"
-    if args.config: base = cfg_to_dict(load_cfg(args.config))
-    elif args.resume and snap.exists(): base = cfg_to_dict(cfg_from_dict(read_snapshot(snap)))
-    else: base = cfg_to_dict(TrainCfg())
+    if args.config:
+        base = cfg_to_dict(load_cfg(args.config))
+    elif args.resume and snap.exists():
+        base = cfg_to_dict(cfg_from_dict(read_snapshot(snap)))
+    else:
+        base = cfg_to_dict(TrainCfg())
     for key, t in field_types().items():
         v = getattr(args, key, None)
-        if v is None or dataclasses.is_dataclass(t): continue
+        if v is None or dataclasses.is_dataclass(t):
+            continue
         *parents, last = key.split(".")
         node = base
-        for k in parents: node = node[k]
+        for k in parents:
+            node = node[k]
         node[last] = cli_value(v, t) if isinstance(v, str) else v
     return cfg_from_dict(base)
 
@@ -153,16 +166,20 @@ def build_parser() -> argparse.ArgumentParser:
 # %% ../nbs/11_cli.ipynb #762dbaf7
 def check_device(name: str, where: str) -> str:
     "A device `fit` can train on (cpu, or cuda when torch sees one), else a `UsageError` naming it and its source."
-    try: dev = torch.device(name)
-    except RuntimeError: raise UsageError(f"{where} {name!r} is not a torch device; use cpu or cuda") from None
-    if dev.type not in ("cpu", "cuda"): raise UsageError(f"{where} {name!r}: dormouse trains on cpu or cuda")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"{where} {name!r} is not a torch device; use cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"{where} {name!r}: dormouse trains on cpu or cuda")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"{where} {name!r} but torch sees no CUDA device; use cpu")
     return name
 
 def cmd_train(args) -> int:
     run_dir = Path(args.run_dir)
-    if run_dir.exists() and not run_dir.is_dir(): raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
     cfg = validate(train_cfg_from_args(args))
     device = check_device(args.device, "--device") if args.device else \
         check_device(os.environ.get("DORMOUSE_DEVICE") or "cpu", "DORMOUSE_DEVICE")
@@ -175,7 +192,7 @@ def cmd_train(args) -> int:
         print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
     print(f"run: {run_dir}  (plot: dormouse plot {run_dir} -o loss.png; "
           f"continue: dormouse train --run-dir {run_dir} --resume --steps N)")
-    return 130 if df.attrs.get("interrupted") else 0
+    return df.attrs["exit_status"]  # 0; 130 after Ctrl-C; 143 after SIGTERM (both with a checkpoint)
 
 # %% ../nbs/11_cli.ipynb #e94d34a6
 def cmd_generate(args) -> int:
@@ -216,7 +233,8 @@ def cmd_plot(args) -> int:
     if ext and ext not in kinds:
         raise UsageError(f"-o {args.out}: matplotlib cannot write .{ext} files; use one of {', '.join(sorted(kinds))}")
     paths = RunPaths(Path(args.run_dir))
-    if not paths.root.is_dir(): raise UsageError(f"{paths.root} is not a run directory")
+    if not paths.root.is_dir():
+        raise UsageError(f"{paths.root} is not a run directory")
     if not read_jsonl(paths.metrics):
         raise UsageError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
     plot_run(paths.root).savefig(args.out, dpi=120)
@@ -247,9 +265,12 @@ _OS_HINTS = {errno.ENOSPC: "free some space, then resume: the newest complete ch
 
 def exit_code(e: BaseException) -> int | None:
     "The exit status of an error a user can meet; None for a bug, which keeps its traceback."
-    if isinstance(e, BrokenPipeError): return 141  # 128 + SIGPIPE: the reader went away
-    if isinstance(e, USAGE_ERRORS): return 2
-    if isinstance(e, RUN_ERRORS): return 1
+    if isinstance(e, BrokenPipeError):
+        return 141  # 128 + SIGPIPE: the reader went away
+    if isinstance(e, USAGE_ERRORS):
+        return 2
+    if isinstance(e, RUN_ERRORS):
+        return 1
     return None
 
 def one_line(e: BaseException) -> str:
@@ -258,18 +279,23 @@ def one_line(e: BaseException) -> str:
         text = (f"{e.filename}: " if e.filename is not None else "") + e.strerror
         text += f" -> {e.filename2}" if e.filename2 else ""
         text += f" ({_OS_HINTS[e.errno]})" if e.errno in _OS_HINTS else ""
-    elif isinstance(e, UnicodeError): text = f"not UTF-8 text: {e}"
-    else: text = str(e)
+    elif isinstance(e, UnicodeError):
+        text = f"not UTF-8 text: {e}"
+    else:
+        text = str(e)
     parts = [s.strip() for s in text.splitlines() if s.strip()] or [type(e).__name__]
     out = parts[0]
-    for s in parts[1:]: out += (" " if out.endswith(":") else "; ") + s
+    for s in parts[1:]:
+        out += (" " if out.endswith(":") else "; ") + s
     return out
 
 # %% ../nbs/11_cli.ipynb #aafd6bb7
 def _quiet_broken_pipe() -> int:
     "Stop quietly after the reader closed stdout: later writes (and Python's final flush) go to /dev/null."
-    try: os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError): pass  # stdout is not a real file (a notebook, a test's capture)
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (a notebook, a test's capture)
     return 141
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,9 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:
         code = exit_code(e)
-        if code is None or os.environ.get("DORMOUSE_DEBUG") == "1": raise
-        if code == 141: return _quiet_broken_pipe()
+        if code is None or os.environ.get("DORMOUSE_DEBUG") == "1":
+            raise
+        if code == 141:
+            return _quiet_broken_pipe()
         print(f"dormouse: error: {one_line(e)}", file=sys.stderr)
         return code
 
-if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())  # `python -m dormouse.cli` (torchrun)
+if __name__ == "__main__" and "__file__" in globals():
+    sys.exit(main())  # `python -m dormouse.cli` (torchrun)

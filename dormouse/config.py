@@ -115,7 +115,8 @@ def field_types(cls=TrainCfg, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         out[f"{prefix}{f.name}"] = hints[f.name]
-        if dataclasses.is_dataclass(hints[f.name]): out.update(field_types(hints[f.name], f"{prefix}{f.name}."))
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(field_types(hints[f.name], f"{prefix}{f.name}."))
     return out
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -123,17 +124,24 @@ _PLURALS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
 
 def type_word(t) -> str:
     "How an expected type reads in an error message."
-    if dataclasses.is_dataclass(t): return f"a table ({t.__name__})"
-    if typing.get_origin(t) is list: return f"a list of {_PLURALS[typing.get_args(t)[0]]} ({t})"
+    if dataclasses.is_dataclass(t):
+        return f"a table ({t.__name__})"
+    if typing.get_origin(t) is list:
+        return f"a list of {_PLURALS[typing.get_args(t)[0]]} ({t})"
     return f"{_WORDS[t]} ({t.__name__})"
 
 def has_type(v, t) -> bool:
     "Whether `v` is of annotated type `t`: a bool is not an int, an int is not a float, a float field takes an int."
-    if t is bool: return isinstance(v, bool)
-    if t is int: return isinstance(v, int) and not isinstance(v, bool)
-    if t is float: return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if t is str: return isinstance(v, str)
-    if typing.get_origin(t) is list: return isinstance(v, list) and all(has_type(x, typing.get_args(t)[0]) for x in v)
+    if t is bool:
+        return isinstance(v, bool)
+    if t is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if t is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if t is str:
+        return isinstance(v, str)
+    if typing.get_origin(t) is list:
+        return isinstance(v, list) and all(has_type(x, typing.get_args(t)[0]) for x in v)
     raise TypeError(f"no type rule for {t}: teach has_type the new annotation")
 
 # %% ../nbs/00_config.ipynb #7a3455fb
@@ -179,8 +187,10 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     "Dotted keys for a nested dict: {'model': {'depth': 2}} -> {'model.depth': 2}."
     out: dict[str, Any] = {}
     for k, v in d.items():
-        if isinstance(v, dict): out.update(flatten(v, f"{prefix}{k}."))
-        else: out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
     return out
 
 def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
@@ -203,10 +213,12 @@ def save_snapshot(cfg: TrainCfg, path) -> None:
 # %% ../nbs/00_config.ipynb #77a52d6f
 def parse_toml(data: bytes, what: str) -> dict:
     "Parse TOML bytes; anything else is a `ConfigError` starting with `what` (e.g. 'x.toml is not a TOML config')."
-    try: return tomllib.loads(data.decode("utf-8"))
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what}: byte {e.object[e.start]:#04x} at offset {e.start} is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e: raise ConfigError(f"{what}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{what}: {e}") from None
 
 def read_snapshot(path) -> dict:
     "Parse a snapshot into a nested dict; a legacy one (no `SNAPSHOT_MARK`) gets defaults for `LEGACY_DEFAULT_KEYS`."
@@ -214,17 +226,22 @@ def read_snapshot(path) -> dict:
     data = path.read_bytes()
     damaged = f"{path}: snapshot damaged"
     fix = "restore the file, or start a new run directory"
-    try: d = parse_toml(data, f"{damaged}: it is not a TOML config")
-    except ConfigError as e: raise ConfigError(f"{e}; {fix}") from None
-    if not d: raise ConfigError(f"{damaged}: it holds no keys ({len(data)} bytes); {fix}")
+    try:
+        d = parse_toml(data, f"{damaged}: it is not a TOML config")
+    except ConfigError as e:
+        raise ConfigError(f"{e}; {fix}") from None
+    if not d:
+        raise ConfigError(f"{damaged}: it holds no keys ({len(data)} bytes); {fix}")
     if data.startswith(SNAPSHOT_MARK.encode()) and "model" not in d:
         raise ConfigError(f"{damaged}: it has no [model] table (a torn write?); {fix}")
     problems = type_problems(d, unknown=False)
-    if problems: raise config_error(problems, damaged)
+    if problems:
+        raise config_error(problems, damaged)
     if not data.startswith(SNAPSHOT_MARK.encode()):  # written before the snapshot carried every field (ADR-0021)
         defaults = cfg_to_dict(TrainCfg())
         for k in LEGACY_DEFAULT_KEYS:
-            if k not in d: d[k] = defaults[k]
+            if k not in d:
+                d[k] = defaults[k]
     return d
 
 # %% ../nbs/00_config.ipynb #4cb24c2d
@@ -234,25 +251,31 @@ def _canonical(d: dict, cls=TrainCfg) -> dict:
     out = {}
     for k, v in d.items():
         t = hints[k]
-        if dataclasses.is_dataclass(t): out[k] = _canonical(v, t)
-        else: out[k] = float(v) if t is float else list(v) if isinstance(v, list) else v
+        if dataclasses.is_dataclass(t):
+            out[k] = _canonical(v, t)
+        else:
+            out[k] = float(v) if t is float else list(v) if isinstance(v, list) else v
     return out
 
 def cfg_from_dict(d: dict) -> TrainCfg:
     "Build a `TrainCfg` from a nested dict; unknown keys and wrongly typed values are one `ConfigError` naming them."
     problems = type_problems(d)
-    if problems: raise config_error(problems)
+    if problems:
+        raise config_error(problems)
     d = _canonical(d)
     return TrainCfg(model=ModelCfg(**d.pop("model", {})), **d)
 
 def load_cfg(path) -> TrainCfg:
     "Read a TOML config file (same layout as the snapshot; any subset of keys)."
     path = Path(path)
-    if path.is_dir(): raise ConfigError(f"{path} is a directory, not a TOML config file")
-    if not path.is_file(): raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a TOML config file")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
     d = parse_toml(path.read_bytes(), f"{path} is not a TOML config")
     problems = type_problems(d)
-    if problems: raise config_error(problems, str(path))
+    if problems:
+        raise config_error(problems, str(path))
     return cfg_from_dict(d)
 
 # %% ../nbs/00_config.ipynb #13b95c52
@@ -264,7 +287,8 @@ def diff_keys(old, new) -> dict[str, tuple[Any, Any]]:
     a, b = _as_flat(old), _as_flat(new)
     out = {}
     for k in sorted(set(a) | set(b)):
-        if k in PROGRESS_KEYS or k in ENV_KEYS: continue
+        if k in PROGRESS_KEYS or k in ENV_KEYS:
+            continue
         va, vb = a.get(k, MISSING), b.get(k, MISSING)
         if va != vb or type(va) is not type(vb) and not (isinstance(va, (int, float)) and isinstance(vb, (int, float))):
             out[k] = (va, vb)
@@ -273,16 +297,22 @@ def diff_keys(old, new) -> dict[str, tuple[Any, Any]]:
 def check_drift(snapshot: dict, cfg: TrainCfg, where: str = "config.toml") -> None:
     "Raise `DriftError` naming every key where `cfg` differs from `snapshot`."
     diffs = diff_keys(snapshot, cfg)
-    if diffs: raise DriftError(diffs, where)
+    if diffs:
+        raise DriftError(diffs, where)
 
 # %% ../nbs/00_config.ipynb #987a7806
 def flipped(value):
     "A different value of the same type, for the snapshot test."
-    if isinstance(value, bool): return not value
-    if isinstance(value, int): return value + 1
-    if isinstance(value, float): return value * 0.5 + 0.125
-    if isinstance(value, str): return value + "x"
-    if isinstance(value, list): return list(value) + [7]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 0.5 + 0.125
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return list(value) + [7]
     raise TypeError(f"no flip for {type(value).__name__}")
 
 def with_key(cfg: TrainCfg, dotted: str, value) -> TrainCfg:
@@ -290,34 +320,50 @@ def with_key(cfg: TrainCfg, dotted: str, value) -> TrainCfg:
     d = cfg_to_dict(cfg)
     *parents, last = dotted.split(".")
     node = d
-    for p in parents: node = node[p]
+    for p in parents:
+        node = node[p]
     node[last] = value
     return cfg_from_dict(d)
 
 # %% ../nbs/00_config.ipynb #729dd946
 def validate(cfg: TrainCfg) -> TrainCfg:
     "Check `cfg` can run; raise `ConfigError` listing every problem and how to fix it."
-    if not isinstance(cfg, TrainCfg): raise ConfigError(f"expected a TrainCfg, not {type(cfg).__name__}")
+    if not isinstance(cfg, TrainCfg):
+        raise ConfigError(f"expected a TrainCfg, not {type(cfg).__name__}")
     problems = type_problems(cfg)
-    if problems: raise config_error(problems)
+    if problems:
+        raise config_error(problems)
     m, errs = cfg.model, []
-    if cfg.quant not in QUANT_FORMATS: errs.append(f"quant={cfg.quant!r}: use one of {', '.join(QUANT_FORMATS)}")
-    if m.d_model % m.n_heads: errs.append(f"model.d_model={m.d_model} must be a multiple of model.n_heads={m.n_heads}")
+    if cfg.quant not in QUANT_FORMATS:
+        errs.append(f"quant={cfg.quant!r}: use one of {', '.join(QUANT_FORMATS)}")
+    if m.d_model % m.n_heads:
+        errs.append(f"model.d_model={m.d_model} must be a multiple of model.n_heads={m.n_heads}")
     if not 1 <= m.depth_min <= m.depth_max:
         errs.append(f"need 1 <= model.depth_min ({m.depth_min}) <= model.depth_max ({m.depth_max})")
-    if m.depth < 1: errs.append(f"model.depth={m.depth} must be >= 1")
-    if any(o < 1 for o in m.ngram_orders): errs.append(f"model.ngram_orders={m.ngram_orders}: orders must be >= 1")
-    if m.ngram_orders and m.ngram_slots < 1: errs.append("model.ngram_slots must be >= 1")
+    if m.depth < 1:
+        errs.append(f"model.depth={m.depth} must be >= 1")
+    if any(o < 1 for o in m.ngram_orders):
+        errs.append(f"model.ngram_orders={m.ngram_orders}: orders must be >= 1")
+    if m.ngram_orders and m.ngram_slots < 1:
+        errs.append("model.ngram_slots must be >= 1")
     for k in ["seq_len", "batch", "threads", "log_every", "ckpt_every", "keep_ckpts", "eval_every", "eval_batches"]:
-        if getattr(cfg, k) < 1: errs.append(f"{k}={getattr(cfg, k)} must be >= 1")
-    if cfg.steps < 0: errs.append(f"steps={cfg.steps} must be >= 0")
-    if any(d < 1 for d in cfg.eval_depths): errs.append(f"eval_depths={cfg.eval_depths}: depths must be >= 1")
-    if not 0.0 < cfg.mask_frac < 1.0: errs.append(f"mask_frac={cfg.mask_frac} must be in (0, 1)")
-    if cfg.mask_span < 1: errs.append(f"mask_span={cfg.mask_span} must be >= 1")
-    if not 0.0 <= cfg.ema_momentum <= 1.0: errs.append(f"ema_momentum={cfg.ema_momentum} must be in [0, 1]")
-    if not 0.0 < cfg.holdout_frac < 1.0: errs.append(f"holdout_frac={cfg.holdout_frac} must be in (0, 1)")
+        if getattr(cfg, k) < 1:
+            errs.append(f"{k}={getattr(cfg, k)} must be >= 1")
+    if cfg.steps < 0:
+        errs.append(f"steps={cfg.steps} must be >= 0")
+    if any(d < 1 for d in cfg.eval_depths):
+        errs.append(f"eval_depths={cfg.eval_depths}: depths must be >= 1")
+    if not 0.0 < cfg.mask_frac < 1.0:
+        errs.append(f"mask_frac={cfg.mask_frac} must be in (0, 1)")
+    if cfg.mask_span < 1:
+        errs.append(f"mask_span={cfg.mask_span} must be >= 1")
+    if not 0.0 <= cfg.ema_momentum <= 1.0:
+        errs.append(f"ema_momentum={cfg.ema_momentum} must be in [0, 1]")
+    if not 0.0 < cfg.holdout_frac < 1.0:
+        errs.append(f"holdout_frac={cfg.holdout_frac} must be in (0, 1)")
     flat = flatten(cfg_to_dict(cfg))
     floats = [k for k, t in field_types().items() if t is float]
     errs += [f"{k}={flat[k]} must be a finite number" for k in floats if not math.isfinite(flat[k])]
-    if errs: raise ConfigError("invalid config:\n  " + "\n  ".join(errs))
+    if errs:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errs))
     return cfg_from_dict(cfg_to_dict(cfg))

@@ -24,9 +24,12 @@ def mask_stream(batch: int,  # rows
                 step: int,  # training step
                ) -> torch.Tensor:
     "Bool mask [batch, t] for `step`: keyed Bernoulli span starts dilated causally into spans."
-    if not 0.0 < mask_frac < 1.0: raise ValueError(f"mask_frac={mask_frac} must be in (0, 1)")
-    if mask_span < 1: raise ValueError(f"mask_span={mask_span} must be >= 1")
+    if not 0.0 < mask_frac < 1.0:
+        raise ValueError(f"mask_frac={mask_frac} must be in (0, 1)")
+    if mask_span < 1:
+        raise ValueError(f"mask_span={mask_span} must be >= 1")
     starts = keyed_uniform(seed, step, STREAM_MASK, batch * t).reshape(batch, t) < start_prob(mask_frac, mask_span)
     mask = starts.copy()
-    for k in range(1, min(mask_span, t)): mask[:, k:] |= starts[:, :-k]
+    for k in range(1, min(mask_span, t)):
+        mask[:, k:] |= starts[:, :-k]
     return torch.from_numpy(mask)

@@ -4,38 +4,136 @@
 
 # %% ../nbs/04b_numerics.ipynb #1d5aca9d
 from __future__ import annotations
-import contextlib, os
+import contextlib, functools, hashlib, os, platform
+from pathlib import Path
 import torch
 from .config import ConfigError
 
 # %% auto #0
-__all__ = ['numeric_env', 'env_diff', 'EnvDriftError', 'check_env', 'numeric_scope', 'run_scope']
+__all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'RECORD_ONLY', 'cpu_facts', 'numeric_env', 'env_diff',
+           'env_unrecorded', 'EnvDriftError', 'check_env', 'numeric_scope', 'run_scope']
+
+# %% ../nbs/04b_numerics.ipynb #c0e1a7b2
+CPU_ENV_VARS = {  # environment variables that change which CPU kernel runs, and so its rounding
+    "MKL_CBWR": "MKL's conditional bitwise reproducibility branch: the code path of every MKL kernel",
+    "MKL_ENABLE_INSTRUCTIONS": "caps the instruction set MKL dispatches to",
+    "MKL_DEBUG_CPU_TYPE": "forces an MKL code path (older MKL)",
+    "MKL_NUM_THREADS": "MKL's thread count (torch sets it from `threads`; recorded in case something else does)",
+    "MKL_DYNAMIC": "lets MKL run fewer threads than asked",
+    "ONEDNN_MAX_CPU_ISA": "caps oneDNN's instruction set; torch's cpu_capability does not see it",
+    "DNNL_MAX_CPU_ISA": "the same, under oneDNN's older name",
+    "ONEDNN_CPU_ISA_HINTS": "steers oneDNN between ISA variants", "DNNL_CPU_ISA_HINTS": "the same, older name",
+    "ONEDNN_DEFAULT_FPMATH_MODE": "lets oneDNN compute fp32 ops in bf16 or tf32",
+    "DNNL_DEFAULT_FPMATH_MODE": "the same, older name",
+    "ATEN_CPU_CAPABILITY": "caps ATen's own vectorised kernels (also seen in cpu_capability)",
+    "OMP_NUM_THREADS": "OpenMP's thread count (torch sets it from `threads`; recorded in case something else does)",
+    "OMP_DYNAMIC": "lets OpenMP run fewer threads than asked",
+    "KMP_DETERMINISTIC_REDUCTION": "the order of Intel OpenMP's reductions",
+}
+GPU_ENV_VARS = {  # the same, for a run on a GPU
+    "CUBLAS_WORKSPACE_CONFIG": "cuBLAS workspace: ':4096:8' makes its kernels deterministic",
+    "NVIDIA_TF32_OVERRIDE": "0 forbids TF32 everywhere, whatever torch asks for",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1 allows TF32 in cuBLAS, whatever torch's flag says",
+    "NCCL_ALGO": "NCCL's all-reduce algorithm: the order of the sum across ranks",
+    "NCCL_PROTO": "NCCL's protocol: the same",
+}
+CPU_ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                 "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",  # x86
+                 "asimd", "asimdhp", "sve", "sve2", "bf16", "i8mm")  # arm64
+
+@functools.lru_cache(maxsize=1)
+def _cpuinfo() -> tuple[str, tuple[str, ...]]:
+    "(model name, ISA flags) from /proc/cpuinfo, else `platform`; read once per process."
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    fields = {}
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or f"{platform.machine()} {platform.processor()}".strip()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return model, tuple(f for f in CPU_ISA_FLAGS if f in flags)
+
+def cpu_facts() -> dict:
+    "The CPU's model name and the instruction-set flags kernels dispatch on (a fresh dict each call)."
+    model, flags = _cpuinfo()
+    return {"cpu_model": model, "cpu_flags": list(flags)}
 
 # %% ../nbs/04b_numerics.ipynb #d63ffa4a
+RECORD_ONLY = ("forward", "quant", "bf16_autocast")  # recorded to say what ran, never compared (run state, not env)
+
+def _precisions(*paths: str) -> dict:
+    "torch.backends.<path> for each path this torch has (the fp32_precision API is torch >= 2.9)."
+    out = {}
+    for path in paths:
+        obj = torch.backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None:
+            out[path] = obj
+    return out
+
+def _tf32() -> dict:
+    "TF32 settings by torch's fp32_precision API where it has one: reading the legacy flags raises once both were used."
+    new = _precisions("cuda.matmul.fp32_precision", "cudnn.fp32_precision", "cudnn.conv.fp32_precision",
+                      "cudnn.rnn.fp32_precision")
+    if new:
+        return new
+    return {"cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+
+def _gpu_facts(device: str) -> dict:
+    "CUDA and cuDNN builds, the device, its math flags and variables."
+    m = torch.backends.cuda.matmul
+    return {"cuda": str(torch.version.cuda), "cudnn": torch.backends.cudnn.version(),
+            "gpu": torch.cuda.get_device_name(device), "gpu_capability": list(torch.cuda.get_device_capability(device)),
+            **_tf32(), "cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
+            "cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
+            "cudnn.deterministic": torch.backends.cudnn.deterministic,
+            "cudnn.benchmark": torch.backends.cudnn.benchmark,
+            **{k: os.environ.get(k) for k in GPU_ENV_VARS}}
+
+# %% ../nbs/04b_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)
                 device: str = "cpu",  # "cpu" or "cuda[:i]"
                 world_size: int = 1,  # DDP processes
-                bf16: bool = False,  # forward under bf16 autocast
-                quant: str | None = None,  # factor format in force, if the caller wants it recorded
+                bf16: bool | None = None,  # bf16 autocast, if the caller records it (record only)
+                quant: str | None = None,  # factor format, if the caller records it (record only)
+                forward: dict | None = None,  # `quant.forward_formats` of the model (record only)
                ) -> dict:
-    "The facts bit-identity depends on: torch build, threads, CPU capability, device, dtype settings, world size."
-    env = {"torch": str(torch.__version__), "threads": int(threads),
-           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
-           "world_size": int(world_size), "bf16_autocast": bool(bf16),
+    "Every setting bit-identity depends on, by name: torch build, threads, CPU and ISA, library variables, device."
+    env = {"torch": str(torch.__version__), "torch_git": str(torch.version.git_version),
+           "torch_config": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
+           "threads": int(threads), "cpu_capability": torch.backends.cpu.get_cpu_capability(), **cpu_facts(),
+           "device": str(device), "world_size": int(world_size),
            "default_dtype": str(torch.get_default_dtype()).removeprefix("torch."),
            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-           "deterministic": torch.are_deterministic_algorithms_enabled(), "quant": quant}
+           "deterministic": torch.are_deterministic_algorithms_enabled(), "mkldnn": torch.backends.mkldnn.enabled,
+           **_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision"),
+           **{k: os.environ.get(k) for k in CPU_ENV_VARS}}
     if str(device).startswith("cuda"):
-        env.update(cuda=str(torch.version.cuda), gpu=torch.cuda.get_device_name(device),
-                   cudnn_tf32=torch.backends.cudnn.allow_tf32)
+        env.update(_gpu_facts(device))
+    said = {"bf16_autocast": bf16, "quant": quant, "forward": forward}
+    env.update({k: v for k, v in said.items() if v is not None})
     return env
 
+# %% ../nbs/04b_numerics.ipynb #c0e1a7b8
 def env_diff(a: dict | None,  # one environment record (e.g. the checkpoint's)
              b: dict | None,  # the other (e.g. this process's)
             ) -> dict:
-    "Keys whose values differ between two environments: {key: (a_value, b_value)}."
+    "Keys both records have whose values differ: {key: (a_value, b_value)}; `RECORD_ONLY` keys are not compared."
     a, b = a or {}, b or {}
-    return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)}
+    return {k: (a[k], b[k]) for k in a if k in b and k not in RECORD_ONLY and a[k] != b[k]}
+
+def env_unrecorded(saved: dict | None,  # the checkpoint's record (None: it recorded none at all)
+                   now: dict,  # this process's record
+                  ) -> list[str]:
+    "Keys only one record has (not compared: one side could not see them); [] when `saved` is None."
+    if saved is None:
+        return []
+    return sorted(k for k in set(saved) ^ set(now) if k not in RECORD_ONLY)
 
 # %% ../nbs/04b_numerics.ipynb #6fabcd7f
 class EnvDriftError(RuntimeError):
@@ -51,7 +149,8 @@ def check_env(saved: dict | None,  # the checkpoint's record (None: a legacy con
     if drift and not allow:
         lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in drift.items())
         raise EnvDriftError(f"resume refused: the numeric environment differs from the checkpoint's ({where}):\n"
-                            f"{lines}\nBit-identity holds only in the same environment. Pass allow_env_drift=True "
+                            f"{lines}\nBit-identity holds only in the same environment: resume where these match "
+                            "(a variable: set or unset it as the checkpoint had it), or pass allow_env_drift=True "
                             "(--allow-env-drift) to continue anyway; the override is recorded in lineage.jsonl.")
     return {k: [a, b] for k, (a, b) in drift.items()}
 

@@ -4,18 +4,18 @@
 
 # %% ../nbs/09b_parts.ipynb #08f63307
 from __future__ import annotations
-import hashlib
+import hashlib, json
 from dataclasses import dataclass
 import torch
 from .config import TrainCfg
-from .quant import FallbackLatch, apply_compute_settings
+from .quant import FallbackLatch, apply_compute_settings, forward_formats
 from .ngram import NgramTables, fingerprint_update
 from .model import DormouseModel, freeze, init_params, make_teacher
 from .stress import StressMonitor
-from .container import RunState
+from .container import CheckpointError, RunState
 
 # %% auto #0
-__all__ = ['Parts', 'build_parts', 'apply_settings', 'to_run_state', 'restore', 'state_fingerprint']
+__all__ = ['NEEDS', 'Parts', 'build_parts', 'apply_settings', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
 
 # %% ../nbs/09b_parts.ipynb #a35cdeb4
 @dataclass
@@ -55,39 +55,93 @@ def apply_settings(parts: Parts, cfg: TrainCfg) -> None:
 
 # %% ../nbs/09b_parts.ipynb #640f69cb
 def to_run_state(parts: Parts, env: dict) -> RunState:
-    "The container's view of the live parts."
-    return RunState(step=parts.step, model=parts.model.state_dict(), optim=parts.optim.state_dict(),
-                    teacher=parts.teacher.state_dict() if parts.teacher is not None else None,
-                    flags=parts.latch.flags, stress=parts.stress, table_step=parts.tables.table_step, env=env)
+    "The container's view of the live parts; `env` gains the forward the model runs now."
+    state = RunState(step=parts.step, model=parts.model.state_dict(), optim=parts.optim.state_dict(),
+                     teacher=parts.teacher.state_dict() if parts.teacher is not None else None,
+                     flags=parts.latch.flags, stress=parts.stress, table_step=parts.tables.table_step,
+                     env={**env, "forward": forward_formats(parts.model)})
+    state.latch = parts.latch.to_json()  # the latch with its reason: the container's meta "latch"
+    return state
+
+# %% ../nbs/09b_parts.ipynb #5b1e0d03
+NEEDS = {  # section: (what it is, why this plan needs it, what resuming without it means)
+    "teacher": ("EMA teacher", "this plan trains against one (aux without jepa_targets)",
+                "the teacher is rebuilt as a copy of the student: the JEPA target differs from the first resumed step"),
+    "latch": ("fp32-factor fallback latch", "this plan quantises factors (quant={quant})",
+              "the latch reads as not tripped: had the original run fallen back to fp32, this resume quantises again"),
+    "stress": ("stress monitor history", "this plan has stress on",
+               "the window restarts empty: spike counts and the p99.9 cover only the steps after the resume, "
+               "and with stress_refuse the refused updates can differ too"),
+    "env": ("numeric environment", "every resume checks it",
+            "the torch build, threads, CPU and the settings that change bits go unchecked, and bit-identity holds "
+            "only if they match the original run's"),
+}
+
+def plan_lacks(ck,  # a loaded `Checkpoint` (or a `RunState`)
+               cfg: TrainCfg,  # the plan
+              ) -> list[str]:
+    "The sections of `NEEDS` that plan `cfg` needs and checkpoint `ck` does not carry."
+    lacking = {"teacher": cfg.aux and not cfg.jepa_targets and ck.teacher is None,
+               "latch": cfg.quant != "fp32" and getattr(ck, "version", 3) < 2,  # v1 has no flags word
+               "stress": cfg.stress and ck.stress is None,
+               "env": ck.env is None}
+    return [k for k in NEEDS if lacking[k]]
+
+def _said(section: str, cfg: TrainCfg) -> str:
+    what, why, without = NEEDS[section]
+    return f"{what}: {why.format(quant=cfg.quant)}. Without it, {without}."
+
+# %% ../nbs/09b_parts.ipynb #5b1e0d06
+def _restored_latch(ck, where) -> FallbackLatch:
+    "The checkpoint's latch: its JSON record (reason included) when it has one, else flags bit 0; they must agree."
+    rec = getattr(ck, "latch", None)
+    if rec is None:
+        return FallbackLatch.from_flags(ck.flags)
+    try:
+        latch = FallbackLatch.from_json(rec)
+    except ValueError as e:
+        raise CheckpointError(where, "meta", str(e)) from None
+    if latch.flags != ck.flags & 1:
+        raise CheckpointError(where, "meta", f"the latch record says tripped={latch.tripped} but flags bit 0 says "
+                              f"{bool(ck.flags & 1)}: the container is inconsistent; resume from another checkpoint")
+    return latch
 
 def restore(parts: Parts,  # fresh parts of the same plan
             ck,  # a loaded `Checkpoint`
             tables: NgramTables | None,  # the sidecar's tables (None: the run has none)
             cfg: TrainCfg,  # the plan
             log=print,  # where the legacy report goes
+            path=None,  # the container's file, named in errors and in the report
            ) -> list[str]:
-    "Load a checkpoint into `parts`; returns (and prints) what a legacy container could not carry."
+    "Load a checkpoint into `parts`; refuse one lacking what the plan needs, unless legacy (then said, and returned)."
+    where, lacks = path or f"checkpoint at step {ck.step}", plan_lacks(ck, cfg)
+    if lacks and not getattr(ck, "legacy", False):
+        items = "; ".join(f"the {NEEDS[k][0]} ('{k}'): {NEEDS[k][1].format(quant=cfg.quant)}" for k in lacks)
+        raise CheckpointError(where, ", ".join(lacks), f"this plan needs state the container does not carry: {items}. "
+                              "A v3 container carries all of its run's state, so this one is another plan's or was "
+                              "altered. Resume from an intact checkpoint of this run, or start a new run_dir.")
+    latch = _restored_latch(ck, where)
     parts.model.load_state_dict(ck.model)
     parts.optim.load_state_dict(ck.optim)
-    if parts.teacher is not None:  # only a legacy container can lack it; its `missing` list says so
+    if parts.teacher is not None:
         if ck.teacher is not None:
             parts.teacher.load_state_dict(ck.teacher)
-        else:
+        else:  # legacy only: said below
             parts.teacher = make_teacher(parts.model)
         freeze(parts.teacher)
-    parts.latch = FallbackLatch.from_flags(ck.flags)
+    parts.latch = latch
     if parts.stress is not None and ck.stress is not None:
         parts.stress = ck.stress
     if tables is not None:
         parts.tables = tables
     parts.step = ck.step
     apply_settings(parts, cfg)  # after the load as well as before it: the forward path is run state's twin
-    missing = list(getattr(ck, "missing", []) or [])
-    if missing:
-        log(f"LEGACY checkpoint (v{getattr(ck, 'version', '?')}): resuming, but it could not carry everything:")
-        for m in missing:
-            log(f"  - {m}")
-    return missing
+    report = [_said(k, cfg) for k in lacks]
+    if report:
+        log(f"LEGACY checkpoint (v{getattr(ck, 'version', '?')}) {where}: resuming, but it lacks what this plan needs:")
+        for line in report:
+            log(f"  - {line}")
+    return report
 
 # %% ../nbs/09b_parts.ipynb #3f96bb88
 def _feed(h, t: torch.Tensor) -> None:
@@ -96,15 +150,15 @@ def _feed(h, t: torch.Tensor) -> None:
     h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
 
 def state_fingerprint(parts: Parts) -> str:
-    "16 hex digits of sha256 over every piece of run state."
+    "16 hex digits of sha256 over every piece of run state, and the forward settings of student and teacher."
     h = hashlib.sha256()
-    for name, t in parts.model.state_dict().items():
-        h.update(name.encode())
-        _feed(h, t)
-    if parts.teacher is not None:
-        for name, t in parts.teacher.state_dict().items():
-            h.update(b"T" + name.encode())
+    for tag, model in (("", parts.model), ("T", parts.teacher)):
+        if model is None:
+            continue
+        for name, t in model.state_dict().items():
+            h.update((tag + name).encode())
             _feed(h, t)
+        h.update((tag + "forward" + json.dumps(forward_formats(model), sort_keys=True)).encode())
     osd = parts.optim.state_dict()
     for idx in sorted(osd["state"]):
         for k in sorted(osd["state"][idx]):

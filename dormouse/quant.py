@@ -12,7 +12,7 @@ from .config import QUANT_FORMATS
 
 # %% auto #0
 __all__ = ['FP8_MAX', 'INT8_MAX', 'FORMAT_BITS', 'check_format', 'row_scale', 'quantise', 'fake_quant', 'FactorLinear',
-           'set_quant_all', 'quant_format', 'FallbackLatch', 'apply_compute_settings']
+           'set_quant_all', 'forward_formats', 'quant_format', 'FallbackLatch', 'apply_compute_settings']
 
 # %% ../nbs/04_quant.ipynb #091cc17b
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448.0, largest finite e4m3fn value
@@ -96,10 +96,19 @@ def set_quant_all(model: nn.Module,  # any module; every FactorLinear inside it 
     for m in model.modules():
         if isinstance(m, FactorLinear): m.quant = fmt
 
+def _one(values: set, none):
+    "The single value of `values`, `none` if it is empty, else 'mixed'."
+    return next(iter(values)) if len(values) == 1 else (none if not values else "mixed")
+
+def forward_formats(model: nn.Module) -> dict:
+    "What `model`'s forward runs, read off it: {'quant': common format, 'bf16': autocast on, 'layers': {name: fmt}}."
+    layers = {name: m.quant for name, m in model.named_modules() if isinstance(m, FactorLinear)}
+    bf16 = {m.bf16 for m in model.modules() if isinstance(getattr(m, "bf16", None), bool)}
+    return {"quant": _one(set(layers.values()), "fp32"), "bf16": _one(bf16, False), "layers": layers}
+
 def quant_format(model: nn.Module) -> str:
     "The factor format `model`'s forward uses: one format name, or 'mixed' (fp32 if it has no factors)."
-    fmts = {m.quant for m in model.modules() if isinstance(m, FactorLinear)}
-    return fmts.pop() if len(fmts) == 1 else ("fp32" if not fmts else "mixed")
+    return forward_formats(model)["quant"]
 
 # %% ../nbs/04_quant.ipynb #35feebff
 class FallbackLatch:
@@ -138,26 +147,36 @@ class FallbackLatch:
         if int(flags) & 1: latch.trip(reason)
         return latch
 
+    def to_json(self) -> dict:
+        "The latch as plain JSON, reason included: {'tripped': bool, 'reason': str}."
+        return {"tripped": self._tripped, "reason": self._reason}
+
+    @classmethod
+    def from_json(cls, rec: dict) -> FallbackLatch:
+        "The latch `to_json` recorded; ValueError saying what is wrong with anything else."
+        ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
+        if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
+            raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
+        latch = cls()
+        if rec["tripped"]: latch.trip(rec["reason"])
+        return latch
+
     def __setattr__(self, name, value):
         raise AttributeError("FallbackLatch is one-way: use trip(reason); nothing un-trips it")
 
     def __delattr__(self, name):
         raise AttributeError("FallbackLatch is one-way: use trip(reason); nothing un-trips it")
 
-    def __reduce__(self): return (_restore_latch, (self._tripped, self._reason))
+    def __reduce__(self): return (FallbackLatch.from_json, (self.to_json(),))
 
     def __repr__(self): return f"FallbackLatch(tripped={self._tripped}, reason={self._reason!r})"
 
-def _restore_latch(tripped: bool, reason: str) -> FallbackLatch:
-    latch = FallbackLatch()
-    if tripped: latch.trip(reason)
-    return latch
-
+# %% ../nbs/04_quant.ipynb #9a7f0c04
 def apply_compute_settings(model: nn.Module,  # the student, and separately the teacher
                            cfg,  # TrainCfg: reads `quant` and `bf16`
                            latch: FallbackLatch,  # the run's fallback latch
                           ) -> None:
-    "The only way the forward's settings are set: factors fp32 if the latch tripped, else `cfg.quant`; `bf16 = cfg.bf16`."
+    "The only way the forward's settings are set: fp32 factors if the latch tripped, else `cfg.quant`; `cfg.bf16`."
     set_quant_all(model, "fp32" if latch.tripped else cfg.quant)
     owners = [m for m in model.modules() if isinstance(getattr(m, "bf16", None), bool)]
     for m in owners or [model]: m.bf16 = bool(cfg.bf16)

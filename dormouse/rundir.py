@@ -4,13 +4,16 @@
 
 # %% ../nbs/09a_rundir.ipynb #4962e54c
 from __future__ import annotations
-import json, os
+import fcntl, json, os, shlex, sys
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
+from .config import ConfigError
+from .fsio import atomic_write_bytes
 
 # %% auto #0
-__all__ = ['METRIC_COLUMNS', 'RunPaths', 'read_jsonl', 'write_jsonl', 'MetricsLog', 'metrics_frame']
+__all__ = ['METRIC_COLUMNS', 'RunPaths', 'write_atomic', 'RunDirError', 'read_jsonl', 'write_jsonl', 'read_metrics',
+           'read_lineage', 'MetricsLog', 'metrics_frame', 'RunLock']
 
 # %% ../nbs/09a_rundir.ipynb #b11c7cf4
 @dataclass
@@ -34,34 +37,64 @@ class RunPaths:
     def lineage(self) -> Path:
         return self.root / "lineage.jsonl"
 
+    @property
+    def lock(self) -> Path:
+        return self.root / "run.lock"
+
     def checkpoints(self) -> list[Path]:
         "Container files present (complete or not)."
         return sorted(self.ckpt_dir.glob("*.dmck")) if self.ckpt_dir.is_dir() else []
 
+# %% ../nbs/09a_rundir.ipynb #a7c01d01
+def write_atomic(path: Path,  # the file to replace (e.g. the run's config.toml)
+                 text: str,  # its whole new content
+                ) -> None:
+    "Replace a text file atomically and durably: a reader sees the old content or the new, never a part."
+    atomic_write_bytes(Path(path), text.encode())
+
 # %% ../nbs/09a_rundir.ipynb #7700f6b5
-def read_jsonl(path: Path) -> list[dict]:
-    "Rows of a JSON-lines file; a torn last line (a kill mid-write) is dropped."
+class RunDirError(ConfigError):
+    "The run directory cannot be used as asked: its history is damaged, or another process is writing it."
+
+def read_jsonl(path: Path,  # a JSON-lines file (missing: no rows)
+               key: str | None = None,  # a key every row must carry as an integer ("step", "segment")
+               torn_tail: bool = True,  # an unreadable last line is a kill mid-append: dropped (False: an error)
+              ) -> list[dict]:
+    "Rows of a JSON-lines file; a bad line other than a torn last one is a `RunDirError` naming file and line."
     if not path.exists():
         return []
+    lines = path.read_bytes().split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
     rows = []
-    for line in path.read_text().splitlines():
+    for n, raw in enumerate(lines, 1):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            if torn_tail and n == len(lines):
+                break
+            raise RunDirError(f"{path} line {n} is not a JSON row ({e}): the run's history is damaged; repair or "
+                              "remove that line (keep a copy of the file), then run again") from None
+        if not isinstance(row, dict) or (key and (not isinstance(row.get(key), int) or isinstance(row[key], bool))):
+            want = f'an object with an integer "{key}"' if key else "an object"
+            raise RunDirError(f"{path} line {n} is not {want}: {raw[:60].decode('utf-8', 'replace')!r}. The "
+                              "run's history is damaged; repair or remove that line (keep a copy), then run again")
+        rows.append(row)
     return rows
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    "Replace a JSON-lines file atomically."
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    "Replace a JSON-lines file atomically and durably."
+    atomic_write_bytes(Path(path), "".join(json.dumps(r) + "\n" for r in rows).encode())
 
 # %% ../nbs/09a_rundir.ipynb #53d89bda
+def read_metrics(run_dir) -> list[dict]:
+    "The run's metrics rows, each with an integer `step` (a torn last row is dropped)."
+    return read_jsonl(RunPaths(Path(run_dir)).metrics, "step")
+
+def read_lineage(run_dir) -> list[dict]:
+    "The run's segments, each with an integer `segment` (the file is replaced whole: every line must be good)."
+    return read_jsonl(RunPaths(Path(run_dir)).lineage, "segment", torn_tail=False)
+
 class MetricsLog:
     "Appends metrics rows: flushed each step, fsynced at each checkpoint."
     def __init__(self, path: Path,  # the run's metrics.jsonl
@@ -86,5 +119,39 @@ METRIC_COLUMNS = ["step", "loss", "ce", "jepa", "grad_norm", "depth", "lr", "qua
 
 def metrics_frame(run_dir) -> pd.DataFrame:
     "The run's metrics as a DataFrame, one row per step across all segments."
-    rows = read_jsonl(RunPaths(Path(run_dir)).metrics)
+    rows = read_metrics(run_dir)
     return pd.DataFrame(rows, columns=list(dict.fromkeys(METRIC_COLUMNS + [k for r in rows for k in r])))
+
+# %% ../nbs/09a_rundir.ipynb #a7c01d04
+class RunLock:
+    "Exclusive `flock` on a lock file naming its holder; a second holder is refused with a `RunDirError`."
+    def __init__(self, path: Path,  # the lock file (created if missing, never deleted)
+                 enabled: bool = True,  # False: a no-op (ranks other than 0)
+                ):
+        self.path, self.enabled, self.f = Path(path), enabled, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "a process that is just starting"
+            f.close()
+            raise RunDirError(f"{self.path.parent} is being written by another process ({holder}; it holds "
+                              f"{self.path.name}): wait for it to finish or stop it, or use another directory"
+                              ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}: {shlex.join(sys.orig_argv)}".replace("\n", " ") + "\n")
+        f.flush()
+        self.f = f
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()  # closing the file releases the lock
+            self.f = None
+        return False

@@ -9,7 +9,7 @@ import torch
 from .config import TrainCfg
 from .data import Corpus
 from .mask import mask_stream
-from .quant import apply_compute_settings
+from .quant import apply_compute_settings, forward_formats
 from .model import compute_losses, depth_for_step, ema_update
 from .parts import Parts, apply_settings
 from .dist import all_mean
@@ -119,8 +119,9 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int, pb: int, 
         parts.tables.discard()
     parts.step = step + 1
     loss_v, ce_v, jepa_v = (v.item() for v in stats)
+    ran = forward_formats(parts.model)  # the forward this step ran, read off the model
     return {"step": step, "loss": loss_v, "ce": ce_v, "jepa": jepa_v, "grad_norm": grad_norm,
-            "depth": depth_for_step(cfg, step), "lr": lr, "quant": "fp32" if parts.latch.tripped else cfg.quant,
+            "depth": depth_for_step(cfg, step), "lr": lr, "quant": ran["quant"], "bf16": ran["bf16"],
             "latch": parts.latch.tripped, "refused": refused}
 
 # %% ../nbs/09d_step.ipynb #6917d925

@@ -20,7 +20,8 @@ def _median(xs) -> float:
 
 def _nearest_rank(sorted_xs, per_mille: int):
     "Nearest-rank percentile (an observed value): the ceil(q*n)-th smallest, q = per_mille/1000, exact in integers."
-    if not sorted_xs: return None
+    if not sorted_xs:
+        return None
     r = max(1, -(-per_mille * len(sorted_xs) // 1000))
     return sorted_xs[r - 1]
 
@@ -59,10 +60,12 @@ class StressMonitor:
             self.spikes += 1
             self.spike_steps.append(step)
         refuse = spike and self.refuse
-        if refuse: self.refused += 1
+        if refuse:
+            self.refused += 1
         elif finite:
             self.history.append(g)
-            if len(self.history) > self.window: del self.history[: len(self.history) - self.window]
+            if len(self.history) > self.window:
+                del self.history[: len(self.history) - self.window]
         return refuse
 
     def threshold(self) -> float | None:
@@ -92,15 +95,21 @@ class StressMonitor:
         def bad(section, detail): return ValueError(f"stress monitor bytes: {section}: {detail}")
         if len(b) < 8 or b[:8] != STRESS_MAGIC:
             raise bad("magic", f"expected {STRESS_MAGIC!r}, got {b[:8]!r} (not a stress monitor state)")
-        if len(b) < _FIXED.size + 32: raise bad("header", f"truncated: {len(b)} bytes, the header and checksum alone need {_FIXED.size + 32}")
+        if len(b) < _FIXED.size + 32:
+            raise bad("header", f"truncated: {len(b)} bytes, the header and checksum alone need {_FIXED.size + 32}")
         (_, version, flags, k, window, min_fill, spikes, refused, last_step, nh, nn, ns) = _FIXED.unpack_from(b)
-        if version != STRESS_VERSION: raise bad("header", f"unknown version {version} (this dormouse reads version {STRESS_VERSION})")
+        if version != STRESS_VERSION:
+            raise bad("header", f"unknown version {version} (this dormouse reads version {STRESS_VERSION})")
         want = _FIXED.size + 8 * (nh + nn + ns) + 32
-        if len(b) != want: raise bad("length", f"{len(b)} bytes, the header's counts need {want} ({'truncated' if len(b) < want else 'trailing bytes'})")
-        if hashlib.sha256(b[:-32]).digest() != b[-32:]: raise bad("checksum", "mismatch (corrupt bytes)")
+        if len(b) != want:
+            raise bad("length", f"{len(b)} bytes, the header's counts need {want} ({'truncated' if len(b) < want else 'trailing bytes'})")
+        if hashlib.sha256(b[:-32]).digest() != b[-32:]:
+            raise bad("checksum", "mismatch (corrupt bytes)")
         o = _FIXED.size
-        hist = np.frombuffer(b, dtype="<f8", count=nh, offset=o).tolist(); o += 8 * nh
-        norms = np.frombuffer(b, dtype="<f8", count=nn, offset=o).tolist(); o += 8 * nn
+        hist = np.frombuffer(b, dtype="<f8", count=nh, offset=o).tolist()
+        o += 8 * nh
+        norms = np.frombuffer(b, dtype="<f8", count=nn, offset=o).tolist()
+        o += 8 * nn
         steps = np.frombuffer(b, dtype="<i8", count=ns, offset=o).tolist()
         if flags & ~1 or window < 1 or nh > window or spikes != ns or refused > spikes or nn < nh or nn < spikes:
             raise bad("header", f"inconsistent state (flags={flags} window={window} history={nh} spikes={spikes}/{ns} "

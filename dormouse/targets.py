@@ -31,7 +31,8 @@ FORMAT = "dormouse-jepa-targets"  # index.json "format"
 VERSION = 1  # index.json "version"
 INDEX_NAME = "index.json"
 SHARD_STEPS = 64  # steps per shard by default: one shard is what a reader or writer holds in memory
-if sys.byteorder != "little": raise ImportError("dormouse.targets writes little-endian raw tensors; big-endian hosts are not supported")
+if sys.byteorder != "little":
+    raise ImportError("dormouse.targets writes little-endian raw tensors; big-endian hosts are not supported")
 
 class TargetsError(ValueError):
     "An offline-targets file that cannot serve this run: names the file (or shard) and the first step that is wrong."
@@ -66,20 +67,26 @@ def load_teacher(cfg: TrainCfg,  # the run the targets are for (its model shape)
                  compute: str = "fp32",  # "fp32" | "run" (see above)
                 ):
     "(frozen model, n-gram tables or None, info dict) for a teacher checkpoint."
-    if compute not in COMPUTE_MODES: raise ConfigError(f"compute={compute!r}: use one of {', '.join(COMPUTE_MODES)}")
+    if compute not in COMPUTE_MODES:
+        raise ConfigError(f"compute={compute!r}: use one of {', '.join(COMPUTE_MODES)}")
     p = Path(teacher_ckpt)
     try:
         if p.is_dir():
             d = p / "ckpt" if (p / "ckpt").is_dir() else p
             found = find_latest(d, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device)
-            if found is None: raise TargetsError(f"teacher: no checkpoint container in {d}")
+            if found is None:
+                raise TargetsError(f"teacher: no checkpoint container in {d}")
             ck, tables, p = found
-        elif p.exists(): ck, tables = load_run_ckpt(p, cfg.ngram_lr, cfg.ngram_momentum, device)
-        else: raise TargetsError(f"teacher checkpoint not found: {p}")
-    except CheckpointError as e: raise TargetsError(f"teacher checkpoint refused: {e}") from None
+        elif p.exists():
+            ck, tables = load_run_ckpt(p, cfg.ngram_lr, cfg.ngram_momentum, device)
+        else:
+            raise TargetsError(f"teacher checkpoint not found: {p}")
+    except CheckpointError as e:
+        raise TargetsError(f"teacher checkpoint refused: {e}") from None
     model = DormouseModel(cfg.model, aux=False)
     sd = {k: v for k, v in ck.model.items() if not k.startswith("jepa.")}
-    try: model.load_state_dict(sd)
+    try:
+        model.load_state_dict(sd)
     except RuntimeError as e:
         first = str(e).strip().splitlines()
         raise TargetsError(f"teacher {p}: its weights do not fit this run's model shape (cfg.model): "
@@ -88,9 +95,11 @@ def load_teacher(cfg: TrainCfg,  # the run the targets are for (its model shape)
     if tables is not None and tables.dim != cfg.model.ngram_dim:
         raise TargetsError(f"teacher {p}: its n-gram tables have dim {tables.dim}, this model expects ngram_dim {cfg.model.ngram_dim}")
     latch = FallbackLatch()
-    if compute == "fp32": apply_compute_settings(model, dataclasses.replace(cfg, quant="fp32", bf16=False), latch)
+    if compute == "fp32":
+        apply_compute_settings(model, dataclasses.replace(cfg, quant="fp32", bf16=False), latch)
     else:
-        if ck.flags & 1: latch.trip("the teacher's run had tripped its fp32 fallback (container flags bit 0)")
+        if ck.flags & 1:
+            latch.trip("the teacher's run had tripped its fp32 fallback (container flags bit 0)")
         apply_compute_settings(model, cfg, latch)
     freeze(model)
     info = {"step": int(ck.step), "weights_sha256": weights_sha256(sd), "quant": "fp32" if compute == "fp32" or latch.tripped else cfg.quant,
@@ -138,7 +147,8 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
         raise TargetsError(f"{out} already exists: refusing to overwrite targets (a run may be pinned to their hash). "
                            "Write to a new path, or delete the old one first.")
     steps = cfg.steps if steps is None else int(steps)
-    if steps < 0 or shard_steps < 1: raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
+    if steps < 0 or shard_steps < 1:
+        raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
         raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
@@ -147,7 +157,8 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
     pb, d_model = pre_batches(cfg), cfg.model.d_model
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp.{os.getpid()}"
-    if tmp.exists(): shutil.rmtree(tmp)
+    if tmp.exists():
+        shutil.rmtree(tmp)
     tmp.mkdir()
     bar = None
     try:
@@ -165,11 +176,14 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
                 h = th[mask.to(device)].to("cpu", torch.float32).contiguous()
             records.append({"step": s, "shard": len(shards), "offset": rows, "count": int(h.shape[0]),
                             "batch_index": s + pb, "depth": depth, "mask_sha256": mask_digest(mask)})
-            hidden.append(h); counts.append(mask.sum(1).to(torch.int32)); rows += int(h.shape[0])
+            hidden.append(h)
+            counts.append(mask.sum(1).to(torch.int32))
+            rows += int(h.shape[0])
             if len(hidden) == shard_steps or s == steps - 1:
                 shards.append(_write_shard(tmp, len(shards), s + 1 - len(hidden), hidden, counts, d_model))
                 hidden, counts, rows = [], [], 0
-            if bar is not None: bar.update(1)
+            if bar is not None:
+                bar.update(1)
         index = {"format": FORMAT, "version": VERSION, "pre_batches": pb, "batch": cfg.batch, "seq_len": cfg.seq_len,
                  "d_model": d_model, "seed": cfg.seed, "mask_frac": cfg.mask_frac, "mask_span": cfg.mask_span,
                  "data_sha256": corpus.sha256, "teacher": {k: info[k] for k in ("step", "weights_sha256", "quant", "bf16", "ngram")},
@@ -180,14 +194,16 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
                                 "env": numeric_env(threads=cfg.threads, device=device, bf16=info["bf16"], quant=info["quant"])}}
         atomic_write_bytes(tmp / INDEX_NAME, canonical_json(index))
         fsync_dir(tmp)
-        if out.exists(): raise TargetsError(f"{out} appeared while the targets were computed: refusing to overwrite it")
+        if out.exists():
+            raise TargetsError(f"{out} appeared while the targets were computed: refusing to overwrite it")
         os.rename(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        if bar is not None: bar.close()
+        if bar is not None:
+            bar.close()
     return out
 
 # %% ../nbs/13_targets.ipynb #63d3792b
@@ -217,9 +233,11 @@ class TargetStore:
         "Raise `TargetsError` unless the file serves every step in [0, steps) of this run; names the first bad step."
         ix, m = self.index, cfg.model
         want = {"batch": cfg.batch, "seq_len": cfg.seq_len, "d_model": m.d_model}
-        if cfg.data_sha256: want["data_sha256"] = cfg.data_sha256
+        if cfg.data_sha256:
+            want["data_sha256"] = cfg.data_sha256
         bad = [f"{k} {ix[k]!r} in the file vs {v!r} in this run" for k, v in want.items() if ix[k] != v]
-        if bad: raise TargetsError(f"{self.path} was built for another run: {'; '.join(bad)}. Precompute targets for this config.")
+        if bad:
+            raise TargetsError(f"{self.path} was built for another run: {'; '.join(bad)}. Precompute targets for this config.")
         plan = {"seed": cfg.seed, "mask_frac": cfg.mask_frac, "mask_span": cfg.mask_span, "pre_batches": pre_batches}
         hint = ", ".join(f"{k} {ix[k]!r} in the file vs {v!r} here" for k, v in plan.items() if ix[k] != v)
         hint = f" ({hint})" if hint else ""
@@ -240,23 +258,29 @@ class TargetStore:
                                    "Precompute targets for this config.")
 
     def _shard(self, i: int):
-        if self._cache is not None and self._cache[0] == i: return self._cache[1], self._cache[2]
+        if self._cache is not None and self._cache[0] == i:
+            return self._cache[1], self._cache[2]
         self._cache = None  # one shard in memory: drop the old one before reading the next
         meta = self.index["shards"][i]
         p = self.path / meta["file"]
-        try: data = p.read_bytes()
-        except OSError as e: raise TargetsError(f"{p}: cannot read the shard ({e.strerror or e})") from None
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise TargetsError(f"{p}: cannot read the shard ({e.strerror or e})") from None
         if len(data) != meta["bytes"]:
             raise TargetsError(f"{p}: truncated or replaced shard: {len(data)} bytes, the index says {meta['bytes']}")
         if hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise TargetsError(f"{p}: corrupt shard: its sha256 is not the one in {INDEX_NAME}")
-        try: t, _ = st_load_bytes(data)
-        except Exception as e: raise TargetsError(f"{p}: not a readable safetensors shard ({e})") from None
+        try:
+            t, _ = st_load_bytes(data)
+        except Exception as e:
+            raise TargetsError(f"{p}: not a readable safetensors shard ({e})") from None
         hid, rc = t.get("hidden"), t.get("row_counts")
         n, b = meta["n_steps"], self.index["batch"]
         ok = (hid is not None and rc is not None and hid.dtype == torch.float32 and rc.dtype == torch.int32
               and tuple(hid.shape) == (meta["rows"], self.index["d_model"]) and tuple(rc.shape) == (n, b))
-        if not ok: raise TargetsError(f"{p}: shard tensors are not hidden float32 [{meta['rows']}, {self.index['d_model']}] "
+        if not ok:
+            raise TargetsError(f"{p}: shard tensors are not hidden float32 [{meta['rows']}, {self.index['d_model']}] "
                                       f"and row_counts int32 [{n}, {b}]")
         offs = torch.zeros(n, b + 1, dtype=torch.int64)
         offs[:, 1:] = rc.to(torch.int64).cumsum(1)
@@ -268,7 +292,8 @@ class TargetStore:
           ) -> torch.Tensor:
         "float32 [n, d_model]: the targets at the masked positions of the rows in `keep`, row-major (`hidden[keep][mask[keep]]`)."
         r = self._steps.get(step)
-        if r is None: raise TargetsError(f"{self.path}: no targets for step {step} (the file holds {self.n_steps} steps)")
+        if r is None:
+            raise TargetsError(f"{self.path}: no targets for step {step} (the file holds {self.n_steps} steps)")
         hid, offs = self._shard(r["shard"])
         j = step - self.index["shards"][r["shard"]]["first_step"]
         if int(offs[j, -1]) != r["count"]:
@@ -276,34 +301,43 @@ class TargetStore:
                                f"rows in the shard, the index says {r['count']}")
         keep = slice(None) if keep is None else keep
         lo, hi, stride = keep.indices(offs.shape[1] - 1)
-        if stride != 1: raise ValueError(f"at: keep must be a contiguous slice of batch rows, got {keep}")
+        if stride != 1:
+            raise ValueError(f"at: keep must be a contiguous slice of batch rows, got {keep}")
         hi = max(lo, hi)
         return hid[r["offset"] + int(offs[j, lo]): r["offset"] + int(offs[j, hi])].clone()
 
     def verify(self) -> None:
         "Read every shard now and check its sha256 (the training loop does this lazily, shard by shard)."
-        for i in range(len(self.index["shards"])): self._shard(i)
+        for i in range(len(self.index["shards"])):
+            self._shard(i)
         self._cache = None
 
 def open_targets(path) -> TargetStore:
     "Open a targets directory (or its index.json); checks the format and every shard's presence and size."
     p = Path(path)
-    if p.is_file() and p.name == INDEX_NAME: p = p.parent
+    if p.is_file() and p.name == INDEX_NAME:
+        p = p.parent
     ip = p / INDEX_NAME
     if not ip.is_file():
         raise TargetsError(f"offline JEPA targets not found: {p} has no {INDEX_NAME} "
                            "(make them with precompute_jepa_targets / dormouse precompute-targets)")
-    try: index = json.loads(ip.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e: raise TargetsError(f"{ip}: not valid JSON ({e})") from None
+    try:
+        index = json.loads(ip.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TargetsError(f"{ip}: not valid JSON ({e})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise TargetsError(f"{ip}: not a dormouse targets index (format {index.get('format') if isinstance(index, dict) else None!r})")
-    if index.get("version") != VERSION: raise TargetsError(f"{ip}: targets format version {index.get('version')!r}, this dormouse reads {VERSION}")
-    if missing := [k for k in _GLOBAL_KEYS if k not in index]: raise TargetsError(f"{ip}: index lacks {', '.join(missing)}")
+    if index.get("version") != VERSION:
+        raise TargetsError(f"{ip}: targets format version {index.get('version')!r}, this dormouse reads {VERSION}")
+    if missing := [k for k in _GLOBAL_KEYS if k not in index]:
+        raise TargetsError(f"{ip}: index lacks {', '.join(missing)}")
     for sh in index["shards"]:
         sp = p / sh["file"]
-        if not sp.is_file(): raise TargetsError(f"{sp}: shard missing (listed in {INDEX_NAME})")
+        if not sp.is_file():
+            raise TargetsError(f"{sp}: shard missing (listed in {INDEX_NAME})")
         if sp.stat().st_size != sh["bytes"]:
             raise TargetsError(f"{sp}: truncated or replaced shard: {sp.stat().st_size} bytes, the index says {sh['bytes']}")
     for r in index["steps"]:
-        if not 0 <= r["shard"] < len(index["shards"]): raise TargetsError(f"{ip}: step {r['step']} names shard {r['shard']}, which is not listed")
+        if not 0 <= r["shard"] < len(index["shards"]):
+            raise TargetsError(f"{ip}: step {r['step']} names shard {r['shard']}, which is not listed")
     return TargetStore(p, index)

@@ -4,27 +4,29 @@
 
 # %% ../nbs/09_train.ipynb #bbe75834
 from __future__ import annotations
-import dataclasses, datetime, os, signal, threading, time
+import contextlib, dataclasses, datetime, os, signal, threading, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
-                             save_snapshot, validate)
+                             snapshot_toml, validate)
 from .data import Corpus, load_corpus
-from .numerics import check_env, numeric_env, run_scope
+from .numerics import check_env, env_unrecorded, numeric_env, run_scope
+from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id, save_run_ckpt
 from .targets import open_targets
-from .rundir import MetricsLog, RunPaths, metrics_frame, read_jsonl, write_jsonl
+from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
+                             write_atomic, write_jsonl)
 from .view import Progress
 
 # %% auto #0
-__all__ = ['pin_inputs', 'resume_into', 'Segment', 'open_segment', 'StopFlag', 'checkpoint', 'fingerprint', 'wrap_ddp', 'fit',
-           'close_segment']
+__all__ = ['pin_inputs', 'resume_into', 'Segment', 'open_segment', 'StopFlag', 'checkpoint', 'fingerprint', 'wrap_ddp',
+           'hold_run_dir', 'fit', 'close_segment']
 
 # %% ../nbs/09_train.ipynb #943592db
 def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
@@ -47,6 +49,14 @@ def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
     return cfg, corpus, targets
 
 # %% ../nbs/09_train.ipynb #df4869d5
+def _history(paths: RunPaths) -> str:
+    "What a run directory holds besides loadable checkpoints, in words."
+    rows, segs = read_metrics(paths.root), read_lineage(paths.root)
+    held = [paths.config.name] + ([f"{len(rows)} metrics rows (to step {rows[-1]['step']})"] if rows else [])
+    held += [f"{len(segs)} lineage segment(s)"] if segs else []
+    other = sorted(p.name for p in paths.ckpt_dir.iterdir()) if paths.ckpt_dir.is_dir() else []
+    return ", ".join(held + ([f"ckpt/ with {len(other)} other file(s): {', '.join(other[:3])}"] if other else []))
+
 def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_env_drift: bool, device: str,
                 seg_row: dict,  # this segment's lineage row, filled in here
                ) -> None:
@@ -59,17 +69,22 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
     seg_row["progress_changes"] = {k: [old.get(k), new[k]] for k in sorted(PROGRESS_KEYS) if old.get(k) != new[k]}
     found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device, cfg=cfg)
     if found is None:
-        print(f"no complete checkpoint in {paths.ckpt_dir}: starting {paths.root} from step 0")
-        return
+        raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
+                          "resume from, and starting from step 0 would replace that history. Restore its checkpoints, "
+                          "or start over in a new run_dir (or run without resume, which replaces the history).")
     ck, tables, ck_path = found
-    run_id = next((r["run_id"] for r in read_jsonl(paths.lineage) if r.get("run_id")), None)
+    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
     pin = check_pin(ck, ck_path, cfg, run_id)  # another run: CheckpointError; another plan: DriftError
     if pin is not None:  # the run's identity is carried unchanged
         seg_row.update(run_id=pin["run_id"], run_started=pin["run_started"])
     elif run_id is not None:
         seg_row["run_id"] = run_id
+    if cfg.steps < ck.step:
+        raise ConfigError(f"steps={cfg.steps} is below step {ck.step}, which {paths.root} has already reached "
+                          f"({ck_path.name}): a resume cannot train backwards. Pass steps >= {ck.step}.")
     seg_row["env_drift"] = check_env(ck.env, env, allow_env_drift, where=ck_path)
-    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg)
+    seg_row["env_unrecorded"] = env_unrecorded(ck.env, env)  # keys an older record could not see: unchecked
+    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg, path=ck_path)
     seg_row.update(kind="resume", start_step=ck.step, checkpoint=str(ck_path))
     print(f"resumed {paths.root} at step {ck.step} from {ck_path.name}")
 
@@ -92,7 +107,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     if cfg.batch % di.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {di.world}")
     stamp = corpus_stamp(corpus.source)  # checked before every checkpoint of this segment
-    env = numeric_env(cfg.threads, torch.device(device).type, di.world, bf16=cfg.bf16, quant=cfg.quant)
+    env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
@@ -105,13 +120,18 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     barrier(di)  # every rank has decided fresh/resume before rank 0 writes anything
     if row["kind"] == "fresh":
         run_probes(parts, corpus, cfg, device)
-    lineage = read_jsonl(paths.lineage) if row["kind"] == "resume" else []
-    seg = Segment(paths, parts, env, len(lineage), parts.step,
-                  [r for r in read_jsonl(paths.metrics) if r["step"] < parts.step], di.lead,
+    env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
+    resumed = row["kind"] == "resume"
+    lineage = read_lineage(paths.root) if resumed else []
+    rows = [r for r in read_metrics(paths.root) if r["step"] < parts.step] if resumed else []
+    seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead,
                   make_pin(cfg, row["run_id"], row["run_started"], stamp))
-    if seg.lead:
+    already = resumed and parts.step == cfg.steps  # nothing to train, so nothing is written
+    if seg.lead and already:
+        print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
+    elif seg.lead:
         paths.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        save_snapshot(cfg, paths.config)
+        write_atomic(paths.config, snapshot_toml(cfg))
         write_jsonl(paths.metrics, seg.rows)
         write_jsonl(paths.lineage, lineage + [{"segment": seg.index, **row}])
     barrier(di)
@@ -119,27 +139,38 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
 
 # %% ../nbs/09_train.ipynb #18e1afae
 class StopFlag:
-    "SIGINT -> stop at the next step boundary; a second SIGINT raises KeyboardInterrupt."
+    "SIGINT or SIGTERM -> stop at the next step boundary; a second signal (a second or more later) aborts."
+    signals = (signal.SIGINT, signal.SIGTERM)
+
     def __init__(self):
         self.requested = False
-        self._old = None
+        self.signum = None  # the signal that asked to stop
+        self._at = 0.0  # when it came (time.monotonic)
+        self._old = {}
 
     def _handler(self, signum, frame):
-        if self.requested:
+        if self.requested and time.monotonic() - self._at >= 1.0:
             raise KeyboardInterrupt
-        self.requested = True
-        print("\nCtrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to abort without one)")
+        if self.requested:
+            return  # the same request delivered twice (torchrun forwards what a scheduler also sent its workers)
+        self.requested, self.signum, self._at = True, signum, time.monotonic()
+        name = signal.Signals(signum).name
+        print(f"\n{name}: stopping after this step and writing a checkpoint (signal again to abort without one)",
+              flush=True)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
+            self._old = {s: signal.signal(s, self._handler) for s in self.signals}
         return self
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for s, old in self._old.items():
+            if old is not None:
+                signal.signal(s, old)
+        self._old = {}
         return False
 
+# %% ../nbs/09_train.ipynb #c8e7a1b2
 def checkpoint(seg: Segment, cfg: TrainCfg, log: MetricsLog, di: DistInfo) -> None:
     "Commit the run state at a step boundary: rows fsynced, rank 0 writes the pair, every rank waits."
     log.sync()
@@ -160,6 +191,27 @@ def wrap_ddp(parts: Parts, device: str, di: DistInfo) -> None:
         ids = [torch.device(device).index] if device.startswith("cuda") else None
         parts.fwd = DistributedDataParallel(parts.model, device_ids=ids)
 
+# %% ../nbs/09_train.ipynb #e1b2c3d4
+@contextlib.contextmanager
+def hold_run_dir(paths: RunPaths,  # the run directory
+                 resume: bool,  # a resume never creates the directory
+                 di: DistInfo,  # rank 0 takes the lock; other ranks write nothing
+                ):
+    "Hold the run directory's lock for the duration; a run that fails before writing anything leaves nothing behind."
+    made_dir = di.lead and not resume and not paths.root.exists()
+    if made_dir:
+        paths.root.mkdir(parents=True)
+    made_lock = di.lead and paths.root.is_dir() and not paths.lock.exists()
+    with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):
+        try:
+            yield
+        except BaseException:
+            if made_lock and [p.name for p in paths.root.iterdir()] == [paths.lock.name]:
+                paths.lock.unlink()  # still held: no other writer can have taken this file
+                if made_dir:
+                    paths.root.rmdir()
+            raise
+
 # %% ../nbs/09_train.ipynb #9879fa39
 def fit(cfg: TrainCfg,  # the plan
         run_dir,  # where config.toml, ckpt/, metrics.jsonl and lineage.jsonl live
@@ -171,12 +223,12 @@ def fit(cfg: TrainCfg,  # the plan
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
-    di = dist_from_env()
+    di, paths = dist_from_env(), RunPaths(Path(run_dir))
     with process_group(di, device or os.environ.get("DORMOUSE_DEVICE", "cpu")) as device, \
-            run_scope(cfg.threads, device):
+            run_scope(cfg.threads, device), hold_run_dir(paths, resume, di):
         # pin the inputs, open the segment (fresh with probes, resumed, or refused), build the loop's helpers
         cfg, corpus, targets = pin_inputs(cfg)
-        seg = open_segment(cfg, RunPaths(Path(run_dir)), corpus, resume, allow_env_drift, device, di)
+        seg = open_segment(cfg, paths, corpus, resume, allow_env_drift, device, di)
         wrap_ddp(seg.parts, device, di)
         pb, t0, stopped = pre_batches(cfg), time.time(), False
         log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
@@ -197,7 +249,7 @@ def fit(cfg: TrainCfg,  # the plan
                 seg.rows.append(row)
                 log.write(row)
                 ui.update(row, seg.rows)
-                # commit a checkpoint at the cadence, at the end, and on Ctrl-C
+                # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
                 if save_now:
                     checkpoint(seg, cfg, log, di)
                 if stopped:
@@ -206,14 +258,19 @@ def fit(cfg: TrainCfg,  # the plan
         log.close()
         ui.close(seg.rows)
         barrier(di)
-        return close_segment(seg, stopped)
+        return close_segment(seg, stopped, stop.signum)
 
 # %% ../nbs/09_train.ipynb #7fba7c03
-def close_segment(seg: Segment, stopped: bool) -> pd.DataFrame:
-    "The whole run's metrics frame; says how to continue an interrupted run."
+def close_segment(seg: Segment,
+                  stopped: bool,  # the loop stopped on a signal (after writing a checkpoint)
+                  signum: int | None = None,  # the signal this process got (None: another rank got it)
+                 ) -> pd.DataFrame:
+    "The whole run's metrics frame, with what stopped it in `attrs`; says how to continue an interrupted run."
     if stopped and seg.lead:
         print(f"interrupted: checkpoint written at step {seg.parts.step}; continue with resume=True "
               "(dormouse train --resume)")
     df = metrics_frame(seg.paths.root)
-    df.attrs["interrupted"] = stopped
+    df = df[df.step < seg.parts.step].reset_index(drop=True)
+    sig = signal.Signals(signum or signal.SIGINT) if stopped else None
+    df.attrs.update(interrupted=stopped, signal=sig.name if sig else None, exit_status=128 + sig if sig else 0)
     return df

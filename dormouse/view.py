@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
-from .rundir import RunPaths, metrics_frame, read_jsonl
+from .rundir import RunPaths, metrics_frame, read_lineage, read_metrics
 
 # %% auto #0
 __all__ = ['in_notebook', 'LivePanel', 'Progress', 'plot_run', 'Comparison', 'compare_runs']
@@ -104,7 +104,7 @@ def plot_run(run_dir, ax=None):
     for c in [c for c in df.columns if c.startswith("eval_d")]:
         e = df[df[c].notna()]
         ax.plot(e.step, e[c], "o-", ms=3, lw=1, label=f"held-out CE, depth {c[6:]}")
-    for seg in read_jsonl(paths.lineage):
+    for seg in read_lineage(paths.root):
         if seg.get("kind") == "resume":
             ax.axvline(seg["start_step"] - 0.5, color="k", ls="--", lw=1)
             ax.text(seg["start_step"], ax.get_ylim()[1], f" resume {seg['segment']}", va="top", fontsize=8)
@@ -128,18 +128,20 @@ class Comparison:
 
 def compare_runs(run_a, run_b) -> Comparison:
     "First step where two runs' losses or fingerprints differ, or 'identical through step N'."
-    a = {r["step"]: r for r in read_jsonl(RunPaths(Path(run_a)).metrics)}
-    b = {r["step"]: r for r in read_jsonl(RunPaths(Path(run_b)).metrics)}
+    a = {r["step"]: r for r in read_metrics(run_a)}
+    b = {r["step"]: r for r in read_metrics(run_b)}
     common = sorted(set(a) & set(b))
     if not common:
         return Comparison(None, -1, f"no common steps: {run_a} has {len(a)} rows, {run_b} has {len(b)}")
     for s in common:
         ra, rb = a[s], b[s]
-        if ra["loss"] != rb["loss"]:
-            return Comparison(s, common[-1], f"first difference at step {s}: loss {ra['loss']!r} vs {rb['loss']!r}")
+        if ra.get("loss") != rb.get("loss"):
+            why = f"first difference at step {s}: loss {ra.get('loss')!r} vs {rb.get('loss')!r}"
+            return Comparison(s, common[-1], why)
         fa, fb = ra.get("fingerprint"), rb.get("fingerprint")
         if fa and fb and fa != fb:
             why = f"first difference at step {s}: state fingerprint {fa} vs {fb} (losses equal)"
             return Comparison(s, common[-1], why)
     last = common[-1]
-    return Comparison(None, last, f"identical through step {last} ({len(common)} common steps, losses and fingerprints)")
+    why = f"identical through step {last} ({len(common)} common steps, losses and fingerprints)"
+    return Comparison(None, last, why)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, losses
+from dormouse.testing import assert_same_run
 
 CONFIG = """
 steps = 24
@@ -35,7 +35,8 @@ def torchrun(cfg_file, run_dir, *extra, nproc=2, wait=True):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir), "--quiet", *map(str, extra)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if not wait: return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -91,7 +92,8 @@ def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path)
     run = tmp_path / "killed"
     proc = torchrun(long_cfg, run, wait=False)
     t0 = time.time()
-    while len(read_jsonl(RunPaths(run).metrics)) < 6 and proc.poll() is None and time.time() - t0 < 300: time.sleep(0.02)
+    while len(read_jsonl(RunPaths(run).metrics)) < 6 and proc.poll() is None and time.time() - t0 < 300:
+        time.sleep(0.02)
     assert proc.poll() is None, "the run finished before a rank could be killed"
     workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     ranks = [int(p) for p in workers if "dormouse.cli" in Path(f"/proc/{p}/cmdline").read_text()]

@@ -33,7 +33,8 @@ def caller():
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(False)
     torch.set_float32_matmul_precision("high")
-    try: yield state()
+    try:
+        yield state()
     finally:
         torch.set_num_threads(saved[0])
         torch.use_deterministic_algorithms(saved[1])
@@ -52,7 +53,8 @@ def test_numeric_scope_sets_and_restores(caller):
             raise RuntimeError("inside")
     assert state() == caller
     with pytest.raises(ConfigError, match="threads=0"):  # before anything changes
-        with numeric_scope(threads=0): pass
+        with numeric_scope(threads=0):
+            pass
     assert state() == caller
 
 
@@ -97,7 +99,8 @@ def test_serve_leaves_the_caller_as_found(ckpt, caller):
 
     def ready(server):
         def client():
-            with urllib.request.urlopen(server.url + "/health", timeout=30) as r: got["status"] = r.status
+            with urllib.request.urlopen(server.url + "/health", timeout=30) as r:
+                got["status"] = r.status
             server.shutdown()
         threading.Thread(target=client, daemon=True).start()
     serve(ckpt, port=0, ready=ready)

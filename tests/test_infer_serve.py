@@ -3,7 +3,7 @@ too deeply (400), no traceback on stderr, and host/port errors raised before any
 
 The server runs in a thread of the test process; every socket is bound to 127.0.0.1 and every wait is bounded.
 """
-import base64, contextlib, io, json, select, socket, subprocess, sys, threading, time
+import base64, contextlib, json, select, socket, subprocess, sys, threading, time
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,8 @@ def running(server):
     "Serve in a daemon thread; shut down and close on exit."
     th = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     th.start()
-    try: yield server
+    try:
+        yield server
     finally:
         server.shutdown()
         server.server_close()
@@ -42,9 +43,11 @@ def raw_request(port: int, data: bytes, half_close: bool = False) -> tuple[int, 
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as s:
         s.sendall(data)
-        if half_close: s.shutdown(socket.SHUT_WR)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         resp = b""
-        while chunk := s.recv(65536): resp += chunk
+        while chunk := s.recv(65536):
+            resp += chunk
     head, _, body = resp.partition(b"\r\n\r\n")
     assert b"\n" not in body.strip(), f"the JSON error is not one line: {body!r}"
     return int(head.split()[1]), json.loads(body), time.monotonic() - t0
@@ -81,14 +84,16 @@ def test_backlog_holds_64_clients_before_the_first_accept(model):
             answers = []
             for s in socks:
                 resp = b""
-                while chunk := s.recv(65536): resp += chunk
+                while chunk := s.recv(65536):
+                    resp += chunk
                 answers.append(resp)
         want = generate(m, "ab", max_bytes=2, seed=3)
         for resp in answers:
             assert resp.startswith(b"HTTP/1.0 200"), resp[:200]
             assert base64.b64decode(json.loads(resp.partition(b"\r\n\r\n")[2])["completion_b64"]) == want
     finally:
-        for s in socks: s.close()
+        for s in socks:
+            s.close()
         server.server_close()
 
 
@@ -113,10 +118,13 @@ def test_trickled_body_is_cut_off_at_the_read_timeout(model):
         with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as s:
             s.sendall(post("/generate", b"", length=100))
             for _ in range(40):  # 8 s of trickle if the server let it
-                try: s.sendall(b" ")
-                except OSError: break
+                try:
+                    s.sendall(b" ")
+                except OSError:
+                    break
                 r, _, _ = select.select([s], [], [], 0.2)
-                if r: break
+                if r:
+                    break
             resp = s.recv(65536)
         assert resp.startswith(b"HTTP/1.0 408"), resp[:200]
         assert time.monotonic() - t0 < 5

@@ -6,7 +6,9 @@ LIB = Path(__file__).resolve().parents[1] / "dormouse"
 FORBIDDEN = [r"torch\.manual_seed", r"torch\.rand", r"torch\.randn", r"torch\.randint", r"torch\.randperm",
              r"torch\.bernoulli", r"torch\.multinomial", r"(?<![\w.])random\.", r"np\.random", r"numpy\.random",
              r"nn\.init\.", r"\.normal_\(", r"\.uniform_\(", r"\.random_\(", r"\.exponential_\(", r"Generator\("]
-NO_PICKLE = [r"torch\.load", r"torch\.save", r"import pickle", r"pickle\.", r"import dill"]
+# torch.load/torch.save can unpickle; safetensors.torch.load/save cannot (tensors + a JSON header only)
+NO_PICKLE = [r"(?<!safetensors\.)torch\.load", r"(?<!safetensors\.)torch\.save", r"import pickle", r"pickle\.",
+             r"import dill"]
 
 
 def lib_sources():
@@ -18,17 +20,20 @@ def lib_sources():
 def test_no_global_rng_outside_rng():
     hits = []
     for p in lib_sources():
-        if p.name == "rng.py": continue
+        if p.name == "rng.py":
+            continue
         for n, line in enumerate(p.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
             for pat in FORBIDDEN:
-                if re.search(pat, code): hits.append(f"{p.name}:{n}: {line.strip()}")
+                if re.search(pat, code):
+                    hits.append(f"{p.name}:{n}: {line.strip()}")
     assert hits == [], "global RNG use in the library:\n" + "\n".join(hits)
 
 
 def test_rng_itself_uses_no_global_state():
     src = (LIB / "rng.py").read_text()
-    for pat in FORBIDDEN: assert not re.search(pat, src), pat
+    for pat in FORBIDDEN:
+        assert not re.search(pat, src), pat
 
 
 def test_no_pickle_in_library():
@@ -37,7 +42,8 @@ def test_no_pickle_in_library():
         for n, line in enumerate(p.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
             for pat in NO_PICKLE:
-                if re.search(pat, code): hits.append(f"{p.name}:{n}: {line.strip()}")
+                if re.search(pat, code):
+                    hits.append(f"{p.name}:{n}: {line.strip()}")
     assert hits == [], "pickle-capable IO in the library:\n" + "\n".join(hits)
 
 
@@ -45,3 +51,10 @@ def test_the_grep_can_fail(tmp_path):
     bad = "x = torch.rand(3)\ny = np.random.rand()\nimport random\nz = random.random()\n"
     found = [pat for pat in FORBIDDEN for line in bad.splitlines() if re.search(pat, line)]
     assert len(found) >= 3
+
+
+def test_the_pickle_grep_can_fail():
+    hit = [pat for pat in NO_PICKLE for line in ["torch.save(sd, f)", "x = torch.load(f)", "import pickle"]
+           if re.search(pat, line)]
+    assert len(hit) == 3, hit
+    assert not any(re.search(pat, "safetensors.torch.save(sd)") for pat in NO_PICKLE)

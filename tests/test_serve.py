@@ -55,9 +55,11 @@ def call(url, path, body=None, method=None, headers=None):
     data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(url + path, data=data, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=REQ_TIMEOUT) as r: return r.status, r.headers, json.loads(r.read())
+        with urllib.request.urlopen(req, timeout=REQ_TIMEOUT) as r:
+            return r.status, r.headers, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        with e: return e.code, e.headers, json.loads(e.read())
+        with e:
+            return e.code, e.headers, json.loads(e.read())
 
 
 @pytest.fixture(scope="module")
@@ -78,20 +80,27 @@ def server(tmp_path_factory):
             while time.monotonic() < deadline and proc.poll() is None:
                 try:
                     with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                        if r.status == 200: break
-                except (urllib.error.URLError, ConnectionError, TimeoutError): time.sleep(0.2)
-            if proc.poll() is None: break
-            if "Address already in use" not in log.read_text(errors="replace"): break
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    time.sleep(0.2)
+            if proc.poll() is None:
+                break
+            if "Address already in use" not in log.read_text(errors="replace"):
+                break
         if proc.poll() is not None or time.monotonic() >= deadline:
             pytest.fail(f"dormouse serve did not come up (exit code {proc.poll()}); its output:\n{log.read_text(errors='replace')}")
         yield url, ckpt, log
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
-            try: proc.wait(timeout=15)
+            try:
+                proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                proc.kill(); proc.wait(timeout=15)
-        if log.exists(): print("server output (tail):\n" + log.read_text(errors="replace")[-2000:])
+                proc.kill()
+                proc.wait(timeout=15)
+        if log.exists():
+            print("server output (tail):\n" + log.read_text(errors="replace")[-2000:])
 
 
 def completion(url, **req):
@@ -172,7 +181,8 @@ def test_bad_request(server, method, path, body, headers, status, field):
     assert (st, out.get("field")) == (status, field), out
     assert out["status"] == status and isinstance(out["error"], str) and out["error"]
     assert hd.get("Content-Type") == "application/json"
-    if status == 405: assert hd.get("Allow")
+    if status == 405:
+        assert hd.get("Allow")
     assert call(url, "/health")[0] == 200  # still serving
 
 
@@ -185,7 +195,8 @@ def test_missing_content_length(server):
         conn.endheaders()
         r = conn.getresponse()
         out = json.loads(r.read())
-    finally: conn.close()
+    finally:
+        conn.close()
     assert (r.status, out["field"]) == (411, "Content-Length"), out
     assert call(url, "/health")[0] == 200
 
@@ -200,7 +211,8 @@ def test_concurrent_requests_match_sequential(server):
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(lambda job: (job[1], completion(url, **reqs[job[1]])), jobs, timeout=600))
     assert len(got) == 32
-    for i, b in got: assert b == want[i], f"request {i} answered differently under concurrency"
+    for i, b in got:
+        assert b == want[i], f"request {i} answered differently under concurrency"
 
 
 CLIENTS = 64  # one burst of simultaneous clients: more than the old listen backlog of 5 could queue
@@ -220,8 +232,10 @@ def test_64_concurrent_clients_all_answered(server):
             conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
             r = conn.getresponse()
             return r.status, json.loads(r.read())
-        except OSError as e: return type(e).__name__, str(e)
-        finally: conn.close()
+        except OSError as e:
+            return type(e).__name__, str(e)
+        finally:
+            conn.close()
     with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
         got = list(pool.map(one, range(CLIENTS), timeout=300))
     bad = [g for g in got if g[0] != 200]
@@ -237,7 +251,8 @@ def test_short_body_answered_408(server):
     with socket.create_connection((host, int(port)), timeout=REQ_TIMEOUT) as s:
         s.sendall(b"POST /generate HTTP/1.0\r\nContent-Length: 40\r\n\r\n" + b'{"prompt": "a"')
         resp = b""
-        while chunk := s.recv(65536): resp += chunk
+        while chunk := s.recv(65536):
+            resp += chunk
     head, _, body = resp.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 408"), resp[:300]
     assert json.loads(body)["field"] == "body"

@@ -67,7 +67,8 @@ def test_offline_targets_equal_a_frozen_ema_teacher(tmp_path):
     assert losses(tmp_path / "ema") == losses(tmp_path / "offline")
     a, b = final_ckpt(tmp_path / "ema"), final_ckpt(tmp_path / "offline")
     assert a.teacher is not None and b.teacher is None
-    for k in a.model: assert torch.equal(a.model[k], b.model[k]), k
+    for k in a.model:
+        assert torch.equal(a.model[k], b.model[k]), k
 
 
 def test_refuses_uncovered_steps(teacher, tmp_path):
@@ -98,7 +99,8 @@ def test_damaged_shard_is_refused_naming_it(teacher, tmp_path):
     shard.write_bytes(raw[: len(raw) // 2])  # truncated: refused before step 0
     with pytest.raises(TargetsError, match=r"shard_00001\.safetensors: truncated"):
         fit(cfg, tmp_path / "run", progress=False)
-    flipped = bytearray(raw); flipped[len(raw) // 2] ^= 1  # same size, one bit: refused when the shard is first read
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 1  # same size, one bit: refused when the shard is first read
     shard.write_bytes(bytes(flipped))
     with pytest.raises(TargetsError, match=r"shard_00001\.safetensors: corrupt shard"):
         fit(dataclasses.replace(cfg, ckpt_every=2), tmp_path / "run2", progress=False)
@@ -125,7 +127,8 @@ def test_failed_precompute_leaves_nothing(teacher, tmp_path, monkeypatch):
     cfg = run_cfg(tmp_path / "targets", steps=12)
     real = targets_mod.depth_for_step
     def boom(c, s):
-        if s == 7: raise RuntimeError("killed at step 7")
+        if s == 7:
+            raise RuntimeError("killed at step 7")
         return real(c, s)
     monkeypatch.setattr(targets_mod, "depth_for_step", boom)
     with pytest.raises(RuntimeError, match="killed"):

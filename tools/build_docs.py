@@ -47,7 +47,8 @@ def title_of(nb) -> str:
     for c in nb.cells:
         if c.cell_type == "markdown":
             m = re.search(r"^#\s+(.+)$", c.source, re.M)
-            if m: return m.group(1).strip()
+            if m:
+                return m.group(1).strip()
     return ""
 
 
@@ -57,8 +58,10 @@ def _comments(src: str) -> dict[int, str]:
     out = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-            if tok.type == tokenize.COMMENT: out[tok.start[0]] = tok.string.lstrip("#").strip()
-    except (tokenize.TokenError, IndentationError, SyntaxError): pass
+            if tok.type == tokenize.COMMENT:
+                out[tok.start[0]] = tok.string.lstrip("#").strip()
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
     return out
 
 
@@ -75,18 +78,23 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, comments: dict[int, str]
         rows.append((prefix + arg.arg, ast.unparse(arg.annotation) if arg.annotation else "",
                      ast.unparse(default) if default is not None else "", mine or ""))
     for i, (arg, d) in enumerate(zip(pos, defaults)):
-        if i == 0 and skip_self and arg.arg in ("self", "cls"): continue
+        if i == 0 and skip_self and arg.arg in ("self", "cls"):
+            continue
         add(arg, d)
-    if a.vararg: add(a.vararg, None, "*")
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults): add(arg, d)
-    if a.kwarg: add(a.kwarg, None, "**")
+    if a.vararg:
+        add(a.vararg, None, "*")
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        add(arg, d)
+    if a.kwarg:
+        add(a.kwarg, None, "**")
     return rows
 
 
 def _sig(keyword: str, name: str, params: list[tuple], returns: str = "") -> str:
     parts = [p + (f": {t}" if t else "") + (f" = {d}" if d and t else f"={d}" if d else "") for p, t, d, _ in params]
     one = f"{keyword} {name}({', '.join(parts)})" + (f" -> {returns}" if returns else "")
-    if len(one) <= 100: return one
+    if len(one) <= 100:
+        return one
     return f"{keyword} {name}(\n" + "".join(f"    {p},\n" for p in parts) + ")" + (f" -> {returns}" if returns else "")
 
 
@@ -97,7 +105,8 @@ def _md(text: str) -> str:
 
 def _table(params: list[tuple], ret: tuple | None = None) -> str:
     rows = [p for p in params if p[3]] + ([ret] if ret and ret[3] else [])
-    if not rows: return ""
+    if not rows:
+        return ""
     body = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{'<code>' + html.escape(t) + '</code>' if t else ''}</td>"
                    f"<td>{'<code>' + html.escape(d) + '</code>' if d else ''}</td><td>{_md(c)}</td></tr>" for n, t, d, c in rows)
     return f'<table class="params"><thead><tr><th></th><th>type</th><th>default</th><th>details</th></tr></thead><tbody>{body}</tbody></table>'
@@ -108,7 +117,8 @@ def _func_doc(fn, comments, module: str, level: int, owner: str = "") -> str:
     ret = ast.unparse(fn.returns) if fn.returns else ""
     is_prop = any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
     ret_row = ("returns", ret, "", comments.get(fn.returns.end_lineno, "")) if fn.returns and not is_prop else None
-    if ret_row and any(ret_row[3] == p[3] for p in params): ret_row = None  # that comment belongs to the last parameter
+    if ret_row and any(ret_row[3] == p[3] for p in params):
+        ret_row = None  # that comment belongs to the last parameter
     full = f"{owner}.{fn.name}" if owner else fn.name
     sig = f"{full}" + (f": {ret}" if ret else "") if is_prop else _sig("async def" if isinstance(fn, ast.AsyncFunctionDef) else "def", full, params, ret)
     return (f'<div class="api api-l{level}"><h{2 + level} class="api-name" id="{html.escape(full)}"><code>{html.escape(full)}</code>'
@@ -121,7 +131,8 @@ def _class_doc(cls: ast.ClassDef, comments, module: str) -> str:
     bases = ", ".join(ast.unparse(b) for b in cls.bases)
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     fields = [n for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
-    if init is not None: params = _params(init, comments, skip_self=True)
+    if init is not None:
+        params = _params(init, comments, skip_self=True)
     else:  # a dataclass: its annotated fields are its parameters
         params = [(f.target.id, ast.unparse(f.annotation), ast.unparse(f.value) if f.value is not None else "", comments.get(f.end_lineno, ""))
                   for f in fields]
@@ -136,14 +147,18 @@ def _class_doc(cls: ast.ClassDef, comments, module: str) -> str:
 
 def api_docs(src: str, module: str) -> tuple[str, list[str]]:
     "(HTML docs, names) of the public functions and classes an exported cell defines."
-    try: tree = ast.parse(src)
-    except SyntaxError as e: raise ValueError(f"exported cell does not parse: {e}") from None
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as e:
+        raise ValueError(f"exported cell does not parse: {e}") from None
     comments, out, names = _comments(src), [], []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
-            out.append(_func_doc(node, comments, module, 1)); names.append(node.name)
+            out.append(_func_doc(node, comments, module, 1))
+            names.append(node.name)
         elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-            out.append(_class_doc(node, comments, module)); names.append(node.name)
+            out.append(_class_doc(node, comments, module))
+            names.append(node.name)
     return "".join(out), names
 
 
@@ -156,7 +171,8 @@ def split_directives(src: str) -> tuple[dict, str]:
         if m:
             key, _, rest = m.group(1).replace(":", " ", 1).partition(" ")
             dirs[key.strip().lower()] = rest.strip()
-        else: keep.append(line)
+        else:
+            keep.append(line)
     return dirs, "\n".join(keep).strip("\n")
 
 
@@ -165,8 +181,10 @@ def _clean_outputs(outputs: list) -> list:
     for o in outputs:
         data = o.get("data")
         if data is not None:
-            for k in WIDGET_MIMES: data.pop(k, None)
-            if not data: continue
+            for k in WIDGET_MIMES:
+                data.pop(k, None)
+            if not data:
+                continue
         out.append(o)
     return out
 
@@ -179,28 +197,38 @@ def prepare(nb, nb_path: Path):
     module, cells, names = "", [], []
     for c in nb.cells:
         if c.cell_type != "code":
-            cells.append(c); continue
+            cells.append(c)
+            continue
         dirs, src = split_directives(c.source)
-        if "default_exp" in dirs: module = dirs["default_exp"]
-        if "hide" in dirs or "exporti" in dirs or dirs.get("include", "").lower() == "false": continue
+        if "default_exp" in dirs:
+            module = dirs["default_exp"]
+        if "hide" in dirs or "exporti" in dirs or dirs.get("include", "").lower() == "false":
+            continue
         c.outputs = _clean_outputs(c.get("outputs", []))
-        if dirs.get("output", "").lower() == "false": c.outputs = []
+        if dirs.get("output", "").lower() == "false":
+            c.outputs = []
         if "export" in dirs or "exports" in dirs:
             docs, defined = api_docs(src, module)
             names += defined
-            if "exports" in dirs: c.source = src; cells.append(c)
+            if "exports" in dirs:
+                c.source = src
+                cells.append(c)
             if docs:
                 cells.append(nbformat.v4.new_code_cell(source="", metadata={"tags": ["remove_input"]}, outputs=[
                     nbformat.v4.new_output("display_data", data={"text/html": docs})]))
             continue
         c.source = src
-        if dirs.get("echo", "").lower() == "false": c.metadata.setdefault("tags", []).append("remove_input")
-        if not src.strip() and not c.outputs: continue
-        if not src.strip(): c.metadata.setdefault("tags", []).append("remove_input")
+        if dirs.get("echo", "").lower() == "false":
+            c.metadata.setdefault("tags", []).append("remove_input")
+        if not src.strip() and not c.outputs:
+            continue
+        if not src.strip():
+            c.metadata.setdefault("tags", []).append("remove_input")
         cells.append(c)
     nb.cells = cells
     nb.nbformat, nb.nbformat_minor = 4, max(5, nb.get("nbformat_minor", 0))
-    for i, c in enumerate(nb.cells): c["id"] = f"cell-{i}"  # clean notebooks carry no ids; nbformat 4.5 wants them
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"cell-{i}"  # clean notebooks carry no ids; nbformat 4.5 wants them
     return nb, names
 
 
@@ -261,7 +289,8 @@ def render(nb_path: Path) -> tuple[str, str, list[str]]:
     ex.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}, enabled=True), enabled=True)
     body, _ = ex.from_notebook_node(page_nb)
     ext = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//", body, re.I)
-    if ext: raise ValueError(f"the page would load {len(ext)} external resource(s), e.g. {ext[0]!r}: the site must work offline")
+    if ext:
+        raise ValueError(f"the page would load {len(ext)} external resource(s), e.g. {ext[0]!r}: the site must work offline")
     return title, body, names
 
 
@@ -280,22 +309,27 @@ def build(out: Path, nbs: Path) -> list[str]:
     "Write the site into `out` (replaced); returns the failures, one line each."
     from pygments.formatters import HtmlFormatter
     paths = notebooks(nbs)
-    if not paths: return [f"no notebooks in {nbs}"]
+    if not paths:
+        return [f"no notebooks in {nbs}"]
     if out.resolve() in (ROOT.resolve(), nbs.resolve()) or (out / ".git").exists():
         return [f"refusing to replace {out}: not a build directory"]
     css = CSS + HtmlFormatter(style="default").get_style_defs(".highlight")
     extra = nbs / "styles.css"
-    if extra.exists(): css += "\n" + extra.read_text()
+    if extra.exists():
+        css += "\n" + extra.read_text()
     rendered, failures = [], []
     for p in paths:
-        try: rendered.append((p, *render(p)))
+        try:
+            rendered.append((p, *render(p)))
         except Exception as e:  # report every broken notebook, not just the first
             failures.append(f"{p.relative_to(nbs.parent) if nbs.parent in p.parents else p}: {type(e).__name__}: {e}")
     names = [page_name(p) for p in paths]
     dup = {n for n in names if names.count(n) > 1}
-    if dup: failures.append(f"two notebooks map to the same page: {sorted(dup)}")
+    if dup:
+        failures.append(f"two notebooks map to the same page: {sorted(dup)}")
     pages = [(page_name(p), "dormouse" if p.stem == "index" else (t.split(" — ")[0].strip() or p.stem)) for p, t, _, _ in rendered]
-    if out.exists(): shutil.rmtree(out)
+    if out.exists():
+        shutil.rmtree(out)
     out.mkdir(parents=True)
     for p, title, body, api in rendered:
         (out / page_name(p)).write_text(page_html(title, body, nav_html(pages, page_name(p), api), css), encoding="utf-8")
@@ -315,10 +349,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sidebar", action="store_true", help="also write nbs/sidebar.yml (the Quarto sidebar)")
     a = ap.parse_args(argv)
     nbs, out = Path(a.nbs), Path(a.out) if a.out else ROOT / _doc_path()
-    if a.sidebar: (nbs / "sidebar.yml").write_text(sidebar_yml(nbs))
+    if a.sidebar:
+        (nbs / "sidebar.yml").write_text(sidebar_yml(nbs))
     failures = build(out, nbs)
     n = len(list(out.glob("*.html"))) if out.exists() else 0
-    for f in failures: print(f"FAILED {f}", file=sys.stderr)
+    for f in failures:
+        print(f"FAILED {f}", file=sys.stderr)
     print(f"wrote {n} page(s) to {out}" + (f"; {len(failures)} notebook(s) failed" if failures else ""))
     return 1 if failures else 0
 

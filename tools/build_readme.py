@@ -15,13 +15,16 @@ def render(nb_path: Path) -> str:
     out = ["<!-- generated from nbs/index.ipynb by tools/build_readme.py; edit the notebook, not this file -->\n"]
     for cell in nb["cells"]:
         src = "".join(cell["source"]).strip()
-        if not src or src.startswith("#| hide"): continue
-        if cell["cell_type"] == "markdown": out.append(src + "\n")
+        if not src or src.startswith("#| hide"):
+            continue
+        if cell["cell_type"] == "markdown":
+            out.append(src + "\n")
         else:
             out.append("```python\n" + src + "\n```\n")
             for o in cell.get("outputs", []):
                 text = "".join(o.get("text", []) or o.get("data", {}).get("text/plain", []))
-                if text.strip(): out.append("```\n" + text.rstrip() + "\n```\n")
+                if text.strip():
+                    out.append("```\n" + text.rstrip() + "\n```\n")
     return "\n".join(out)
 
 
@@ -30,5 +33,7 @@ if __name__ == "__main__":
     readme = ROOT / "README.md"
     if "--check" in sys.argv:
         if not readme.exists() or readme.read_text() != text:
-            print("README.md is stale: run `python tools/build_readme.py` and commit it."); sys.exit(1)
-    else: readme.write_text(text)
+            print("README.md is stale: run `python tools/build_readme.py` and commit it.")
+            sys.exit(1)
+    else:
+        readme.write_text(text)

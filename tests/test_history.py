@@ -1,0 +1,132 @@
+"""History is evidence: a resume never restarts over a run's history, never silently cuts a damaged JSON-lines file,
+and a `steps` at or below the reached step trains and writes nothing; the files a resume reads are written durably."""
+import dataclasses, os, shutil
+
+import pytest
+
+from dormouse.config import ConfigError
+from dormouse.rundir import RunDirError, RunPaths, write_atomic, write_jsonl
+from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.train import fit
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("history")
+    cfg = tiny_cfg(steps=20, ckpt_every=10, keep_ckpts=10)
+    fit(cfg, root / "ref", progress=False)
+    fit(dataclasses.replace(cfg, steps=10), root / "half", progress=False)  # a run stopped at its checkpoint 10
+    return cfg, root
+
+
+def files(run):
+    "Every file of a run directory but its lock (whose holder line each locker rewrites) -> bytes."
+    return {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != "run.lock"}
+
+
+def copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("leave", ["nothing", "sidecars"])
+def test_resume_with_history_but_no_checkpoint_is_refused_naming_it(base, tmp_path, leave):
+    cfg, root = base
+    run = copy(root / "ref", tmp_path / "run")
+    for p in RunPaths(run).ckpt_dir.iterdir():
+        if leave == "nothing" or p.suffix == ".dmck":
+            p.unlink()
+    before = files(run)
+    with pytest.raises(RunDirError) as e:
+        fit(cfg, run, resume=True, progress=False)
+    msg = str(e.value)
+    assert "20 metrics rows" in msg and "1 lineage segment" in msg and "config.toml" in msg, msg
+    assert ("step_000010.ngram" in msg) == (leave == "sidecars"), msg
+    assert "\n" not in msg
+    assert files(run) == before  # metrics and lineage untouched: not "starting from step 0"
+
+
+BAD_ROWS = {"bad JSON": b'{"step": 3, "lo\n', "a list": b"[1, 2, 3]\n", "a number": b"7\n", "no step": b'{"x": 1}\n',
+            "not UTF-8": b'{"step": 3, "q": "\xff\xfe"}\n'}
+
+
+@pytest.mark.parametrize("what", list(BAD_ROWS))
+def test_a_bad_metrics_row_in_the_middle_is_an_error_naming_file_and_line(base, tmp_path, what):
+    cfg, root = base
+    run = copy(root / "half", tmp_path / "run")
+    m = RunPaths(run).metrics
+    lines = m.read_bytes().splitlines(keepends=True)
+    m.write_bytes(b"".join(lines[:3] + [BAD_ROWS[what]] + lines[3:]))
+    before = files(run)
+    with pytest.raises(RunDirError, match=r"metrics\.jsonl line 4"):
+        fit(cfg, run, resume=True, progress=False)
+    assert files(run) == before  # no row after the bad one was cut
+
+
+@pytest.mark.parametrize("what", ["garbage", "a number"])
+def test_a_bad_first_lineage_line_does_not_replace_the_history(base, tmp_path, what):
+    cfg, root = base
+    run = copy(root / "half", tmp_path / "run")
+    lin = RunPaths(run).lineage
+    lin.write_bytes((b"garbage\n" if what == "garbage" else b"7\n") + lin.read_bytes())
+    before = files(run)
+    with pytest.raises(RunDirError, match=r"lineage\.jsonl line 1"):
+        fit(cfg, run, resume=True, progress=False)
+    assert files(run) == before
+
+
+def test_a_garbage_only_lineage_is_not_a_torn_tail(base, tmp_path):
+    cfg, root = base
+    run = copy(root / "half", tmp_path / "run")
+    RunPaths(run).lineage.write_bytes(b"garbage")  # lineage is replaced whole, never appended: no torn tail to forgive
+    with pytest.raises(RunDirError, match=r"lineage\.jsonl line 1"):
+        fit(cfg, run, resume=True, progress=False)
+
+
+def test_a_torn_last_metrics_line_is_dropped_and_the_resume_is_bitwise(base, tmp_path):
+    cfg, root = base
+    run = copy(root / "half", tmp_path / "run")
+    with open(RunPaths(run).metrics, "ab") as f:
+        f.write(b'{"step": 10, "loss": 4.')  # a kill mid-append
+    fit(cfg, run, resume=True, progress=False)
+    assert_same_run(root / "ref", run)
+
+
+def test_steps_below_the_reached_step_is_refused_before_anything_is_written(base, tmp_path):
+    cfg, root = base
+    run = copy(root / "ref", tmp_path / "run")
+    before = files(run)
+    with pytest.raises(ConfigError, match="below step 20") as e:
+        fit(dataclasses.replace(cfg, steps=15), run, resume=True, progress=False)
+    assert "steps=15" in str(e.value)
+    assert files(run) == before
+
+
+def test_steps_equal_to_the_reached_step_says_already_and_writes_nothing(base, tmp_path, capsys):
+    cfg, root = base
+    run = copy(root / "ref", tmp_path / "run")
+    before = files(run)
+    df = fit(cfg, run, resume=True, progress=False)
+    out = capsys.readouterr().out
+    assert "already at step 20" in out and "resumed" in out, out
+    assert list(df.step) == list(range(20)) and not df.attrs["interrupted"] and df.attrs["exit_status"] == 0
+    assert files(run) == before
+
+
+def test_writes_a_resume_reads_are_fsynced_with_their_directory(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+    monkeypatch.setattr(os, "fsync", spy)
+    write_jsonl(tmp_path / "m.jsonl", [{"step": 0}])
+    write_atomic(tmp_path / "config.toml", "x = 1\n")
+    assert synced.count(str(tmp_path)) == 2, synced  # the directory after each rename
+    synced.clear()
+    fit(tiny_cfg(steps=2, ckpt_every=2), tmp_path / "run", progress=False)
+    run = str(tmp_path / "run")
+    assert any(p.startswith(run + "/.config.toml.tmp") for p in synced), synced  # the snapshot's content
+    assert any(p.startswith(run + "/.lineage.jsonl.tmp") for p in synced), synced
+    assert synced.count(run) >= 3, synced  # the run directory after config.toml, metrics.jsonl, lineage.jsonl
+    assert (tmp_path / "run" / "config.toml").read_text().startswith("# dormouse config snapshot")

@@ -1,0 +1,120 @@
+"""One writer per run directory: a second `dormouse train` into a directory another process is writing — fresh or
+resumed — is refused with one line naming the holder's pid and command and writes nothing; a killed holder never
+blocks the next resume (the kernel drops its flock)."""
+import dataclasses, subprocess, sys, time
+
+import pytest
+
+from dormouse.config import load_cfg
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.train import fit
+
+CONFIG = """
+steps = 3000
+seq_len = 32
+batch = 4
+ckpt_every = 20
+log_every = 5
+eval = false
+threads = 1
+[model]
+d_model = 32
+n_heads = 2
+factor_rank = 16
+ngram_slots = 1024
+ngram_dim = 16
+"""
+
+
+def train(cfg_file, run, *extra):
+    return [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run), "--quiet",
+            *map(str, extra)]
+
+
+def wait_for(cond, proc, what, limit=180):
+    t0 = time.time()
+    while not cond():
+        assert proc.poll() is None, f"the holder exited before {what}: {proc.communicate()[0]}"
+        assert time.time() - t0 < limit, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def holder(run):
+    lock = RunPaths(run).lock
+    return lock.read_text() if lock.exists() else ""
+
+
+def assert_refused(r, pid):
+    "Exit 2, one line on stderr naming the holder's pid and command, no traceback, no training."
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "\n" not in err and "Traceback" not in err, err
+    assert f"pid {pid}:" in err and "dormouse.cli train" in err and "run.lock" in err, err
+    assert "resumed" not in r.stdout and "step " not in r.stdout, r.stdout
+
+
+def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_not_block(tmp_path):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    run = tmp_path / "run"
+    a = subprocess.Popen(train(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a, "a checkpoint")
+        config, lineage = RunPaths(run).config.read_bytes(), RunPaths(run).lineage.read_bytes()
+        b = subprocess.run(train(cfg, run, "--seed", 2, "--steps", 300), capture_output=True, text=True, timeout=300)
+        assert_refused(b, a.pid)
+        assert a.poll() is None, "the holder stopped"
+        assert holder(run).startswith(f"pid {a.pid}:"), holder(run)  # the refused writer did not touch the lock file
+        assert RunPaths(run).config.read_bytes() == config and RunPaths(run).lineage.read_bytes() == lineage
+        assert "seed = 1\n" in config.decode()
+    finally:
+        a.kill()
+        a.communicate()
+    reached = int(RunPaths(run).checkpoints()[-1].stem.split("_")[1])
+    c = subprocess.run(train(cfg, run, "--resume", "--steps", reached + 3), capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert f"resumed {run} at step {reached}" in c.stdout
+    assert [r["step"] for r in read_jsonl(RunPaths(run).metrics)] == list(range(reached + 3))
+    assert [s["kind"] for s in read_jsonl(RunPaths(run).lineage)] == ["fresh", "resume"]
+
+
+def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    run = tmp_path / "run"
+    fit(dataclasses.replace(load_cfg(cfg), steps=10), run, progress=False)  # a run at its checkpoint 10
+    procs = [subprocess.Popen(train(cfg, run, "--resume"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        t0 = time.time()
+        while all(p.poll() is None for p in procs):
+            assert time.time() - t0 < 180, "neither resume was refused"
+            time.sleep(0.02)
+        loser = next(p for p in procs if p.poll() is not None)
+        winner = next(p for p in procs if p is not loser)
+        out, err = loser.communicate()
+        assert winner.poll() is None, "both resumes ended: " + out + err
+        assert_refused(subprocess.CompletedProcess(loser.args, loser.returncode, out, err), winner.pid)
+        wait_for(lambda: len(read_jsonl(RunPaths(run).metrics)) > 12, winner, "the winner training")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    lineage = read_jsonl(RunPaths(run).lineage)
+    assert [s["kind"] for s in lineage] == ["fresh", "resume"], lineage  # the loser added no segment
+    steps = [r["step"] for r in read_jsonl(RunPaths(run).metrics)]
+    assert steps == list(range(len(steps))), steps  # one row per step: no interleaved writer
+
+
+def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
+    from dormouse.data import CorpusError
+    from dormouse.testing import tiny_cfg
+    bad = tiny_cfg(data=str(tmp_path / "no-such-corpus"))
+    with pytest.raises(CorpusError):
+        fit(bad, tmp_path / "new", progress=False)  # fails under the lock, before anything is written
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError):
+        fit(bad, tmp_path / "empty", progress=False)
+    assert list((tmp_path / "empty").iterdir()) == []
