@@ -16,8 +16,8 @@ from .ngram import SidecarError, load_sidecar, read_sidecar_header, save_sidecar
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'plan_sha256', 'new_run_id', 'make_pin', 'pinned_plan',
-           'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'plan_missing', 'save_run_ckpt', 'load_run_ckpt',
-           'find_latest', 'check_pin', 'describe']
+           'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt', 'load_run_ckpt', 'find_latest',
+           'check_pin', 'describe']
 
 # %% ../nbs/08b_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -119,18 +119,6 @@ def check_corpus(stamp: dict | None) -> None:
                                  "written. Restore the original bytes and resume from the last checkpoint (the resume checks "
                                  "the full sha256), or start a new run.")
 
-# %% ../nbs/08b_checkpoints.ipynb #f50361fc
-def plan_missing(ck: Checkpoint, cfg: TrainCfg) -> list[str]:
-    "The sentences of what `cfg` needs and the legacy container `ck` does not carry (`Checkpoint.missing` form)."
-    needs = {"teacher": cfg.aux and not cfg.jepa_targets, "latch": cfg.quant != "fp32", "stress": cfg.stress,
-             "env": True}
-    if ck.version < 3:
-        has = {"teacher": ck.teacher is not None, "latch": ck.version > 1, "stress": ck.stress is not None,
-               "env": ck.env is not None}
-        return [legacy_note(k, ck.version) for k in needs if needs[k] and not has[k]]
-    item = {legacy_note(k, 1).split(":")[0]: k for k in needs}  # a converted container keeps its sentences
-    return [m for m in ck.missing if needs.get(item.get(m.split(":")[0]), True)]
-
 # %% ../nbs/08b_checkpoints.ipynb #1fe4f9bb
 def _looks_loadable(p: Path, step: int) -> bool:
     "True when `p`'s header parses as a container of `step` (a name match alone is not enough)."
@@ -222,8 +210,6 @@ def load_run_ckpt(path, lr: float = 0.05, momentum: float = 0.9,  # the run's ng
     if (m := _NAME.match(path.name)) and int(m[1]) != ck.step:
         raise _PairingError(path, "step", f"the file name says step {int(m[1])} but the container holds step {ck.step}")
     orders = None if cfg is None else list(cfg.model.ngram_orders)
-    if cfg is not None and ck.legacy:
-        ck.missing = plan_missing(ck, cfg)
     if ck.sidecar is None and not ck.legacy:  # written without n-gram tables
         if orders:
             raise _PairingError(path, "sidecar", f"written without n-gram tables, but the config has ngram_orders="

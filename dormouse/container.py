@@ -273,7 +273,7 @@ def legacy_note(key: str,  # teacher | latch | stress | env
     return _LOST[key].format(v=v)
 
 def _legacy_missing(v: int) -> list:
-    "All a v`v` container cannot carry; `dormouse.checkpoints.plan_missing` narrows it to what a plan needs."
+    "All a v`v` container cannot carry; `parts.restore` reports only what the resuming plan needs of it."
     keys = ["teacher", "latch", "stress", "env"] if v == 1 else ["stress", "env"]
     return [legacy_note(k, v) for k in keys]
 
