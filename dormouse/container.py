@@ -15,7 +15,8 @@ from .stress import StressMonitor
 
 # %% auto #0
 __all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'V3_LAYOUT', 'CheckpointError', 'RunState',
-           'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1', 'write_v2', 'load_ckpt', 'read_header', 'section_checks']
+           'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1', 'write_v2', 'legacy_note', 'load_ckpt', 'read_header',
+           'section_checks']
 
 # %% ../nbs/08_container.ipynb #a1618858
 class CheckpointError(Exception):
@@ -47,6 +48,7 @@ class Checkpoint(RunState):
     legacy: bool = False  # True when some run state could not be recovered
     missing: list = field(default_factory=list)  # what could not be recovered and what it means for the run
     sidecar: dict | None = None  # identity of the n-gram sidecar written with this container (v3)
+    pin: dict | None = None  # the plan and the run this container belongs to (None: written before plan pinning)
 
 # %% ../nbs/08_container.ipynb #5efd1e64
 MAGIC = b"DMCK\0"  # then the version byte and two NULs
@@ -74,7 +76,8 @@ offset  size  field
            …  optim    safetensors: optimiser tensors by path + JSON of the rest in metadata["optim"]
            …  teacher  safetensors: the EMA teacher state_dict   (present=0, length 0 without a teacher)
            …  stress   StressMonitor.to_bytes()                   (present=0, length 0 with stress off)
-           …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null}
+           …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null, "pin": {...}}
+                         pin (absent before plan pinning): {"plan": snapshot TOML, "plan_sha256", "run_id", ...}
    EOF = offset + length of meta
 """
 
@@ -82,13 +85,19 @@ def _magic(version: int) -> bytes:
     return MAGIC + bytes([version, 0, 0])
 
 # %% ../nbs/08_container.ipynb #e14640d8
-def _meta_bytes(state, sidecar) -> bytes:
+def _meta_bytes(state, sidecar, pin) -> bytes:
     missing = list(getattr(state, "missing", None) or [])
     if state.env is None and not missing:
         raise ValueError("save_ckpt: state.env is None; record numeric_env(...) so a resume can check where it runs")
-    b = json.dumps({"env": state.env, "missing": missing, "sidecar": sidecar}, separators=(",", ":")).encode()
-    if json.loads(b)["env"] != state.env:
-        raise ValueError("save_ckpt: env must be plain JSON (str keys, lists not tuples)")
+    meta = {"env": state.env, "missing": missing, "sidecar": sidecar}
+    if pin is not None:
+        if not isinstance(pin, dict) or not isinstance(pin.get("plan"), str) or not isinstance(pin.get("run_id"), str):
+            raise ValueError("save_ckpt: pin must be a dict with the plan text ('plan') and the run id ('run_id')")
+        meta["pin"] = pin
+    b = json.dumps(meta, separators=(",", ":")).encode()
+    back = json.loads(b)
+    if back["env"] != state.env or back.get("pin") != pin:
+        raise ValueError("save_ckpt: env and pin must be plain JSON (str keys, lists not tuples)")
     return b
 
 def _check_state(s):
@@ -99,7 +108,7 @@ def _check_state(s):
     if s.table_step is not None and not 0 <= s.table_step < _NONE64:
         raise ValueError(f"save_ckpt: bad table_step {s.table_step!r}")
 
-def _v3_sections(state, sidecar):
+def _v3_sections(state, sidecar, pin):
     "(name, present, length, buffers) per section, in table order; nothing big is built here."
     out = []
     for name, val, make in (("model", state.model, st_parts), ("optim", state.optim, optim_parts),
@@ -107,7 +116,7 @@ def _v3_sections(state, sidecar):
         out.append((name, val is not None, *(make(val) if val is not None else (0, iter(())))))
     sb = state.stress.to_bytes() if state.stress is not None else b""
     out.append(("stress", state.stress is not None, len(sb), iter([sb])))
-    mb = _meta_bytes(state, sidecar)
+    mb = _meta_bytes(state, sidecar, pin)
     out.append(("meta", True, len(mb), iter([mb])))
     return out
 
@@ -126,18 +135,19 @@ def _write_section(f, n: int, bufs) -> int:
 
 # %% ../nbs/08_container.ipynb #9550c13e
 def save_ckpt(path,  # e.g. ckpt/step_000100.dmck
-              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its sidecar identity is kept)
+              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its sidecar identity and pin are kept)
              ) -> Path:
     "Write `state` as a v3 container, streaming and atomically."
-    return save_v3(path, state, getattr(state, "sidecar", None))
+    return save_v3(path, state, getattr(state, "sidecar", None), getattr(state, "pin", None))
 
 def save_v3(path,  # the container to write
             state: RunState,
             sidecar: dict | None,  # identity of the n-gram sidecar written with it (None: none)
+            pin: dict | None = None,  # the plan and run it belongs to ({"plan": TOML, "run_id": ..., ...}); None: none
            ) -> Path:
     "Write `state` as a v3 container recording `sidecar` as its paired sidecar, streaming and atomically."
     _check_state(state)
-    secs = _v3_sections(state, sidecar)
+    secs = _v3_sections(state, sidecar, pin)
     def write(f):
         f.write(b"\0" * HEADER_LEN)
         table, off = b"", HEADER_LEN
@@ -242,8 +252,8 @@ def _layout_v3(f, path, size, head) -> dict:
 
 # %% ../nbs/08_container.ipynb #143b9b12
 _LOST = {
-    "teacher": "EMA teacher: a v1 container has none. If this run trained with aux (JEPA), a resume must rebuild the "
-               "teacher as a copy of the student, so the JEPA target differs from the original run from the first "
+    "teacher": "EMA teacher: not in this v{v} container. If this run trained with aux (JEPA), a resume must rebuild "
+               "the teacher as a copy of the student, so the JEPA target differs from the original run from the first "
                "resumed step.",
     "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run "
              "had fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different "
@@ -256,9 +266,16 @@ _LOST = {
            "they do.",
 }
 
+def legacy_note(key: str,  # teacher | latch | stress | env
+                v: int,  # the container's version
+               ) -> str:
+    "The sentence `missing` holds when a v`v` container lacks `key`; its text before the colon names the item."
+    return _LOST[key].format(v=v)
+
 def _legacy_missing(v: int) -> list:
+    "All a v`v` container cannot carry; `parts.restore` reports only what the resuming plan needs of it."
     keys = ["teacher", "latch", "stress", "env"] if v == 1 else ["stress", "env"]
-    return [_LOST[k].format(v=v) for k in keys]
+    return [legacy_note(k, v) for k in keys]
 
 # %% ../nbs/08_container.ipynb #a3a6907b
 def _crc_range(f, off: int, n: int) -> int:
@@ -289,8 +306,10 @@ def _stress_parse(src: Source):
 
 def _meta_parse(src: Source) -> dict:
     m = json.loads(src.read(src.left).decode())
-    if not isinstance(m, dict) or set(m) != {"env", "missing", "sidecar"}:
-        raise ValueError("meta is not {env, missing, sidecar}")
+    if not isinstance(m, dict) or set(m) - {"pin"} != {"env", "missing", "sidecar"}:
+        raise ValueError("meta is not {env, missing, sidecar} (+ pin)")
+    if m.get("pin") is not None and not isinstance(m["pin"], dict):
+        raise ValueError("meta pin is not a JSON object")
     return m
 
 # %% ../nbs/08_container.ipynb #779c488a
@@ -309,7 +328,8 @@ def load_ckpt(path) -> Checkpoint:
     meta = got.get("meta") or {"env": None, "missing": _legacy_missing(v), "sidecar": None}
     return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"),
                       flags=lay["flags"], stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"],
-                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"])
+                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"],
+                      pin=meta.get("pin"))
 
 # %% ../nbs/08_container.ipynb #0c083313
 def _open(path):

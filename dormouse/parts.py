@@ -136,7 +136,9 @@ def restore(parts: Parts,  # fresh parts of the same plan
         parts.tables = tables
     parts.step = ck.step
     apply_settings(parts, cfg)  # after the load as well as before it: the forward path is run state's twin
-    report = [_said(k, cfg) for k in lacks]
+    sections = {what for what, _, _ in NEEDS.values()}  # the container's other notes (e.g. how a sidecar was paired)
+    notes = getattr(ck, "missing", None) or []
+    report = [_said(k, cfg) for k in lacks] + [m for m in notes if m.split(":")[0] not in sections]
     if report:
         log(f"LEGACY checkpoint (v{getattr(ck, 'version', '?')}) {where}: resuming, but it lacks what this plan needs:")
         for line in report:
