@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch
+import xxhash
 from .fsio import atomic_write
 from .rng import splitmix64
 
 # %% auto #0
-__all__ = ['PAD', 'CHUNK_BYTES', 'SIDECAR_MAGIC', 'SIDECAR_VERSION', 'ngram_ids', 'table_zeros', 'NgramTables',
+__all__ = ['PAD', 'CHUNK_BYTES', 'SIDECAR_MAGIC', 'SIDECAR_VERSION', 'ngram_ids', 'table_zeros', 'RowDigest', 'NgramTables',
            'fingerprint_update', 'SidecarError', 'SidecarHeader', 'save_sidecar', 'read_sidecar_header', 'load_sidecar',
            'verify_sidecar']
 
@@ -62,6 +63,82 @@ def table_zeros(shape, device="cpu") -> torch.Tensor:
         except (OSError, ValueError, AttributeError): pass
     return torch.zeros(*shape, dtype=torch.float32)
 
+# %% ../nbs/05_ngram.ipynb #4bf06c10
+_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_ROW_KEY = 0x64696765737421  # keys rows (and the tensor) for the row hash; _ROW_KEY ^ 0xC0 keys the columns
+
+def _row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
+                flat: np.ndarray,  # [R] flat row numbers (order * slots + slot)
+                kind: int,  # 0 = weight, 1 = momentum
+               ) -> np.ndarray:  # [R] uint64: 0 for an all-zero row
+    "Keyed 64-bit hash of each row; bijective in each word of the row, so one changed word always changes it."
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    w = rows.view(np.uint64) if rows.shape[1] % 2 == 0 else rows.view(np.uint32).astype(np.uint64)
+    cols = splitmix64(np.arange(w.shape[1], dtype=np.uint64) ^ np.uint64(_ROW_KEY ^ 0xC0)) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        x = w * _M1
+        x ^= x >> np.uint64(32)
+        x *= cols
+        h = x.sum(axis=1, dtype=np.uint64)
+        h ^= h >> np.uint64(33)
+        h *= _M2
+        h ^= h >> np.uint64(33)
+        h *= _M3
+        h ^= h >> np.uint64(33)
+        keys = splitmix64(np.asarray(flat, dtype=np.uint64) ^ np.uint64(_ROW_KEY + kind)) | np.uint64(1)
+        return h * keys
+
+def _hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_per_pass: int = 1 << 14) -> int:
+    "Sum mod 2^64 of the row hashes of a whole `[n_rows, dim]` table, in slices; fills `out` with them if given."
+    total, n = np.uint64(0), t.shape[0]
+    for i in range(0, n, rows_per_pass):
+        h = _row_hashes(t[i:i + rows_per_pass].cpu().numpy(), np.arange(i, min(n, i + rows_per_pass)), kind)
+        if out is not None: out[i:i + len(h)] = h
+        with np.errstate(over="ignore"): total = total + h.sum(dtype=np.uint64)
+    return int(total)
+
+# %% ../nbs/05_ngram.ipynb #37ceb65b
+class RowDigest:
+    "Per-row hashes and their sums mod 2^64 (weight, momentum), kept current in O(rows touched)."
+    def __init__(self, n_rows: int):
+        self.rows = [np.zeros(n_rows, np.uint64), np.zeros(n_rows, np.uint64)]  # zeros: lazily paged, = zero tables
+        self.sums = [0, 0]
+        self.dirty, self.n_dirty = [], 0  # flat rows touched by step() since the last refresh
+        self.seen = None  # (weight, momentum, their versions) that rows + dirty describe; None: unknown
+
+    def in_sync(self, weight, momentum) -> bool:
+        "True when nothing but noted steps wrote `weight`/`momentum` since the digest last saw them."
+        s = self.seen
+        return s is not None and s[0] is weight and s[1] is momentum and s[2:] == (weight._version, momentum._version)
+
+    def note(self, rows: torch.Tensor, weight, momentum, was_in_sync: bool) -> None:
+        "Record the rows a step just wrote (`was_in_sync`: `in_sync` before the write)."
+        if not was_in_sync:
+            self.seen = None
+            return
+        self.dirty.append(rows.cpu())
+        self.n_dirty += rows.numel()
+        self.seen = (weight, momentum, weight._version, momentum._version)
+        if self.n_dirty > 1 << 22: self.current(weight, momentum)  # bound the pending list
+
+    def current(self, weight, momentum) -> tuple:
+        "(weight sum, momentum sum), current: rehash the touched rows, or everything when a write went unseen."
+        flat = [t.view(-1, t.shape[-1]) for t in (weight, momentum)]
+        if not self.in_sync(weight, momentum):
+            self.sums = [_hash_all(t, k, self.rows[k]) for k, t in enumerate(flat)]
+        elif self.dirty:
+            r = torch.unique(torch.cat(self.dirty))
+            rn = r.numpy()
+            for k, t in enumerate(flat):
+                new = _row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
+                old = self.rows[k][rn]
+                with np.errstate(over="ignore"):
+                    self.sums[k] = int(np.uint64(self.sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
+                self.rows[k][rn] = new
+        self.dirty, self.n_dirty = [], 0
+        self.seen = (weight, momentum, weight._version, momentum._version)
+        return tuple(self.sums)
+
 # %% ../nbs/05_ngram.ipynb #1ed66fcc
 class NgramTables:
     "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
@@ -79,6 +156,8 @@ class NgramTables:
         self.weight = table_zeros((len(self.orders), self.slots, self.dim), device)
         self.momentum = table_zeros((len(self.orders), self.slots, self.dim), device)
         self.table_step = 0
+        self._digest = RowDigest(len(self.orders) * self.slots)  # zero tables: digest 0, nothing to hash
+        self._digest.seen = (self.weight, self.momentum, self.weight._version, self.momentum._version)
         self._rows = None  # flat row numbers (order * slots + slot) of the pending leaf, sorted unique
         self._leaf = None  # [n_unique, dim] copy of those rows; its .grad is the pending gradient
 
@@ -126,6 +205,14 @@ class NgramTables:
         "Drop the pending leaf without updating (e.g. a refused stress update)."
         self._rows = self._leaf = None
 
+    def digest(self) -> tuple:
+        "(weight, momentum) digests: sums mod 2^64 of keyed row hashes; O(rows touched since the last call)."
+        return self._digest.current(self.weight, self.momentum)
+
+    def full_digest(self) -> tuple:
+        "The same two sums recomputed from every row (O(slots)); must equal `digest()`."
+        return tuple(_hash_all(t.view(-1, self.dim), k) for k, t in enumerate((self.weight, self.momentum)))
+
     @torch.no_grad()
     def step(self) -> bool:
         "Nesterov update of the touched rows only; `table_step += 1`. No-op (False) when no gradient is pending."
@@ -136,8 +223,10 @@ class NgramTables:
         m_new = m.index_select(0, rows).mul_(mu).add_(g)  # mu*m + g (in place on the gathered copy: same rounding)
         upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
         w_new = self._leaf.detach().sub_(upd)  # the leaf is a copy of w[rows] taken at lookup; it is dropped below
+        synced = self._digest.in_sync(self.weight, self.momentum)
         m.index_copy_(0, rows, m_new)
         w.index_copy_(0, rows, w_new)
+        self._digest.note(rows, self.weight, self.momentum, synced)
         self.table_step += 1
         self.discard()
         return True
@@ -157,15 +246,14 @@ def _chunks(t: torch.Tensor, chunk_bytes: int = CHUNK_BYTES):
         yield memoryview(a).cast("B")
 
 def fingerprint_update(hasher, tables: NgramTables):
-    "Feed the tables' shape, `table_step`, weight and momentum into `hasher` (hashlib-like), streaming."
+    "Feed the tables' shape, `table_step` and weight and momentum digests into `hasher` (hashlib-like)."
     hasher.update(struct.pack("<QQQQ", len(tables.orders), tables.slots, tables.dim, tables.table_step))
     hasher.update(struct.pack(f"<{len(tables.orders)}Q", *tables.orders))
-    for t in (tables.weight, tables.momentum):
-        for mv in _chunks(t): hasher.update(mv)
+    hasher.update(struct.pack("<QQ", *tables.digest()))
 
 # %% ../nbs/05_ngram.ipynb #e1683e58
 SIDECAR_MAGIC = b"DMNGRAM\x00"
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: xxh3_64 payload checksums and the row-hash digest in each trailer; 1 (sha256) is read
 _FIXED = struct.Struct("<8sIIQQQQ")  # magic, version, n_orders, table_step, train_step, slots, dim
 _MAX_ORDERS = 64
 
@@ -199,19 +287,25 @@ def _header_bytes(tables: NgramTables, train_step: int) -> bytes:
     return h + hashlib.sha256(h).digest()
 
 # %% ../nbs/05_ngram.ipynb #45991162
+_TRAILER = struct.Struct("<Q16xQ")  # v2 section trailer: digest, 16 reserved zero bytes, xxh3_64
+
 def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
                  tables: NgramTables,
                  train_step: int,  # the training step of the checkpoint this sidecar pairs with
                 ) -> Path:
-    "Write the tables atomically and streaming, stamped with `train_step`."
+    "Write the tables atomically and streaming, stamped with `train_step`, with their kept digests."
     if train_step < 0: raise ValueError(f"save_sidecar: train_step must be >= 0, got {train_step}")
+    digests = tables.digest()
     def write(f):
         f.write(_header_bytes(tables, int(train_step)))
-        for t in (tables.weight, tables.momentum):
-            h = hashlib.sha256()
+        for t, dg in zip((tables.weight, tables.momentum), digests):
+            h = xxhash.xxh3_64()
             for mv in _chunks(t):
-                h.update(mv); f.write(mv)
-            f.write(h.digest())
+                h.update(mv)
+                f.write(mv)
+            tail = struct.pack("<Q16x", dg)
+            h.update(tail)
+            f.write(tail + struct.pack("<Q", h.intdigest()))
     atomic_write(path, write)
     return Path(path)
 
@@ -223,8 +317,8 @@ def _read_header(f, path) -> SidecarHeader:
         raise SidecarError(path, "magic", f"expected {SIDECAR_MAGIC!r}, {what} (not an n-gram sidecar)")
     if len(raw) < _FIXED.size: raise SidecarError(path, "header", f"truncated: {len(raw)} of {_FIXED.size} fixed header bytes")
     _, version, n, table_step, train_step, slots, dim = _FIXED.unpack(raw)
-    if version != SIDECAR_VERSION:
-        raise SidecarError(path, "header", f"unknown version {version} (this dormouse reads version {SIDECAR_VERSION})")
+    if version not in (1, SIDECAR_VERSION):
+        raise SidecarError(path, "header", f"unknown version {version} (this dormouse reads versions 1 and {SIDECAR_VERSION})")
     if not 0 <= n <= _MAX_ORDERS: raise SidecarError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
     rest = f.read(4 * n + 32)
     if len(rest) < 4 * n + 32: raise SidecarError(path, "header", f"truncated: the orders and header checksum need {4 * n + 32} bytes, got {len(rest)}")
@@ -236,18 +330,30 @@ def read_sidecar_header(path) -> SidecarHeader:
     "The verified header of a sidecar, without reading its payload (for `dormouse inspect` and rotation)."
     with open(path, "rb") as f: return _read_header(f, path)
 
-def _read_section(f, path, name: str, out: torch.Tensor):
+def _check_trailer(path, name: str, version: int, h, trailer: bytes):
+    "The stored digest of a section (None for version 1) once its trailer matches the running checksum `h`."
+    if len(trailer) < 32: raise SidecarError(path, name, "truncated: checksum missing")
+    if version == 1:
+        if h.digest() != trailer: raise SidecarError(path, name, "checksum mismatch (corrupt payload)")
+        return None
+    h.update(trailer[:24])
+    digest, check = _TRAILER.unpack(trailer)
+    if h.intdigest() != check: raise SidecarError(path, name, "checksum mismatch (corrupt payload or trailer)")
+    if trailer[8:24] != bytes(16): raise SidecarError(path, name, "reserved trailer bytes are not zero")
+    return digest
+
+def _read_section(f, path, name: str, out: torch.Tensor, version: int):
+    "Read one section into `out`, verifying it; its stored digest (None for version 1)."
     flat = out.view(-1).numpy()
     buf = memoryview(flat).cast("B")
-    h, pos = hashlib.sha256(), 0
+    h, pos = (hashlib.sha256() if version == 1 else xxhash.xxh3_64()), 0
     while pos < len(buf):
         n = f.readinto(buf[pos:pos + CHUNK_BYTES])
         if not n: raise SidecarError(path, name, f"truncated: {pos} of {len(buf)} bytes")
         h.update(buf[pos:pos + n]); pos += n
-    digest = f.read(32)
-    if len(digest) < 32: raise SidecarError(path, name, "truncated: checksum missing")
-    if h.digest() != digest: raise SidecarError(path, name, "checksum mismatch (corrupt payload)")
+    digest = _check_trailer(path, name, version, h, f.read(32))
     if sys.byteorder != "little": flat[:] = flat.view("<f4").astype(np.float32)
+    return digest
 
 def load_sidecar(path,
                  expect_train_step: int | None = None,  # refuse a sidecar stamped with another training step
@@ -271,9 +377,14 @@ def load_sidecar(path,
         if size > hd.file_bytes: raise SidecarError(path, "trailer", f"{size - hd.file_bytes} unexpected bytes after the last section")
         try: tables = NgramTables(hd.orders, hd.slots, hd.dim, lr, momentum)
         except ValueError as e: raise SidecarError(path, "header", str(e)) from None
-        _read_section(f, path, "weight", tables.weight)
-        _read_section(f, path, "momentum", tables.momentum)
+        stored = [_read_section(f, path, s, t, hd.version) for s, t in (("weight", tables.weight),
+                                                                          ("momentum", tables.momentum))]
         if f.read(1): raise SidecarError(path, "trailer", "unexpected bytes after the last section")
+    tables._digest.seen = None  # the payload was written through numpy views: recompute every row hash now
+    for name, want, got in zip(("weight", "momentum"), stored, tables.digest()):
+        if want is not None and want != got:
+            raise SidecarError(path, name, f"digest mismatch: the file says {want:016x}, its rows hash to {got:016x} "
+                               "(the saving run's kept digest was wrong; the fingerprint cannot be trusted)")
     tables.table_step = hd.table_step
     return tables, hd.train_step, hd.table_step
 
@@ -287,13 +398,12 @@ def verify_sidecar(path) -> SidecarHeader:
             raise SidecarError(path, "header", f"the file is {size} bytes, its header says {hd.file_bytes}")
         buf = memoryview(bytearray(max(1, min(CHUNK_BYTES, hd.section_bytes))))
         for name in ("weight", "momentum"):
-            h, left = hashlib.sha256(), hd.section_bytes
+            h, left = (hashlib.sha256() if hd.version == 1 else xxhash.xxh3_64()), hd.section_bytes
             while left:
                 n = f.readinto(buf[:min(left, len(buf))])
                 if not n:
                     raise SidecarError(path, name, "truncated")
                 h.update(buf[:n])
                 left -= n
-            if h.digest() != f.read(32):
-                raise SidecarError(path, name, "checksum mismatch (corrupt payload)")
+            _check_trailer(path, name, hd.version, h, f.read(32))
     return hd
