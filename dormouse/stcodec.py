@@ -4,7 +4,7 @@
 
 # %% ../nbs/08a_stcodec.ipynb #18f7b2cf
 from __future__ import annotations
-import io, json, math, queue, struct, sys, threading, zlib
+import io, json, math, mmap, queue, struct, sys, threading, zlib
 import torch
 import xxhash
 
@@ -168,8 +168,21 @@ def _st_entries(head: dict, left: int) -> list:
     return sorted(ents)
 
 # %% ../nbs/08a_stcodec.ipynb #8b4e1166
+_HUGE = 2 << 20  # tensor data of at least this many bytes is read into one huge-page-advised buffer
+
+def _data_buffer(n: int) -> torch.Tensor:
+    "uint8 `[n]` for a section's tensor data: big ones in anonymous memory advised for huge pages (Linux)."
+    if n >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            buf = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            buf.madvise(mmap.MADV_HUGEPAGE)
+            return torch.frombuffer(buf, dtype=torch.uint8)  # the tensor keeps `buf` alive
+        except (OSError, ValueError, AttributeError):
+            pass
+    return torch.empty(n, dtype=torch.uint8)
+
 def st_read(src: Source) -> tuple:
-    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None)."
+    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None); tensors share one buffer."
     (n,) = struct.unpack("<Q", src.read(8))
     if n > min(src.left, 100 << 20):
         raise ValueError(f"safetensors header length {n} runs past the section")
@@ -182,11 +195,14 @@ def st_read(src: Source) -> tuple:
     meta = head.pop("__metadata__", None)
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise ValueError("safetensors __metadata__ is not a str -> str map")
+    ents = _st_entries(head, src.left)
+    data = _data_buffer(src.left)
+    if data.numel():
+        src.readinto(data.numpy())
     out = {}
-    for a, b, k, dt, shape in _st_entries(head, src.left):
-        t = torch.empty(shape, dtype=dt)
-        if b > a:
-            src.readinto(_raw(t))
+    for a, b, k, dt, shape in ents:
+        raw = data[a:b] if a % dt.itemsize == 0 else data[a:b].clone()  # a clone is aligned
+        t = raw.view(dt).view(shape)
         if dt == torch.bool and bool((t.view(torch.uint8) > 1).any()):
             raise ValueError(f"bool tensor {k!r} holds a byte > 1")
         out[k] = t
