@@ -105,11 +105,31 @@ class RowDigest:
         self.sums = [0, 0]
         self.dirty, self.n_dirty = [], 0  # flat rows touched by step() since the last refresh
         self.seen = None  # (weight, momentum, their versions) that rows + dirty describe; None: unknown
+        self.known, self.n_unknown = None, 0  # after `trust`: which rows' hashes are stored (None: all)
 
     def in_sync(self, weight, momentum) -> bool:
         "True when nothing but noted steps wrote `weight`/`momentum` since the digest last saw them."
         s = self.seen
         return s is not None and s[0] is weight and s[1] is momentum and s[2:] == (weight._version, momentum._version)
+
+    def trust(self, sums, weight, momentum) -> None:
+        "Take `sums` as the digest of freshly loaded tables; each row's hash is computed at its first touch."
+        self.sums, self.dirty, self.n_dirty = [int(s) for s in sums], [], 0
+        self.known, self.n_unknown = np.zeros(len(self.rows[0]), dtype=bool), len(self.rows[0])
+        self.seen = (weight, momentum, weight._version, momentum._version)
+
+    def first_touch(self, rows: torch.Tensor, w_rows: torch.Tensor, m_flat: torch.Tensor) -> None:
+        "Before a step writes `rows` (old weight rows `w_rows`): store the old hashes of rows not hashed yet."
+        if self.known is None: return
+        rn = rows.cpu().numpy()
+        new = np.flatnonzero(~self.known[rn])
+        if not len(new): return
+        r = rn[new]
+        self.rows[0][r] = _row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu().numpy(), r, 0)
+        self.rows[1][r] = _row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu().numpy(), r, 1)
+        self.known[r] = True
+        self.n_unknown -= len(r)
+        if not self.n_unknown: self.known = None
 
     def note(self, rows: torch.Tensor, weight, momentum, was_in_sync: bool) -> None:
         "Record the rows a step just wrote (`was_in_sync`: `in_sync` before the write)."
@@ -126,6 +146,7 @@ class RowDigest:
         flat = [t.view(-1, t.shape[-1]) for t in (weight, momentum)]
         if not self.in_sync(weight, momentum):
             self.sums = [_hash_all(t, k, self.rows[k]) for k, t in enumerate(flat)]
+            self.known = None
         elif self.dirty:
             r = torch.unique(torch.cat(self.dirty))
             rn = r.numpy()
@@ -220,10 +241,11 @@ class NgramTables:
         if g is None: return False
         rows, mu, lr = self._rows, self.momentum_coef, self.lr
         w, m = self._flat(self.weight), self._flat(self.momentum)
+        synced = self._digest.in_sync(self.weight, self.momentum)
+        if synced: self._digest.first_touch(rows, self._leaf.detach(), m)  # loaded tables: old hashes, first touch
         m_new = m.index_select(0, rows).mul_(mu).add_(g)  # mu*m + g (in place on the gathered copy: same rounding)
         upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
         w_new = self._leaf.detach().sub_(upd)  # the leaf is a copy of w[rows] taken at lookup; it is dropped below
-        synced = self._digest.in_sync(self.weight, self.momentum)
         m.index_copy_(0, rows, m_new)
         w.index_copy_(0, rows, w_new)
         self._digest.note(rows, self.weight, self.momentum, synced)
@@ -330,6 +352,10 @@ def read_sidecar_header(path) -> SidecarHeader:
     "The verified header of a sidecar, without reading its payload (for `dormouse inspect` and rotation)."
     with open(path, "rb") as f: return _read_header(f, path)
 
+def _digest_mismatch(want: int, got: int) -> str:
+    return (f"digest mismatch: the file says {want:016x}, its rows hash to {got:016x} (the saving run's kept digest "
+            "was wrong; fingerprints taken from it cannot be trusted)")
+
 def _check_trailer(path, name: str, version: int, h, trailer: bytes):
     "The stored digest of a section (None for version 1) once its trailer matches the running checksum `h`."
     if len(trailer) < 32: raise SidecarError(path, name, "truncated: checksum missing")
@@ -360,6 +386,7 @@ def load_sidecar(path,
                  lr: float = 0.05,  # the run's ngram_lr (config, not stored)
                  momentum: float = 0.9,  # the run's ngram_momentum (config, not stored)
                  expect_orders=None, expect_slots: int | None = None, expect_dim: int | None = None,  # refuse another shape
+                 check_digest: bool = False,  # also recompute the stored digest from the rows (O(slots)) and compare
                 ) -> tuple:  # (NgramTables, train_step, table_step)
     "Read and verify a sidecar; every failure is a `SidecarError` naming the path and section."
     with open(path, "rb") as f:
@@ -380,30 +407,37 @@ def load_sidecar(path,
         stored = [_read_section(f, path, s, t, hd.version) for s, t in (("weight", tables.weight),
                                                                           ("momentum", tables.momentum))]
         if f.read(1): raise SidecarError(path, "trailer", "unexpected bytes after the last section")
-    tables._digest.seen = None  # the payload was written through numpy views: recompute every row hash now
-    for name, want, got in zip(("weight", "momentum"), stored, tables.digest()):
-        if want is not None and want != got:
-            raise SidecarError(path, name, f"digest mismatch: the file says {want:016x}, its rows hash to {got:016x} "
-                               "(the saving run's kept digest was wrong; the fingerprint cannot be trusted)")
+    if hd.version > 1 and not check_digest:
+        tables._digest.trust(stored, tables.weight, tables.momentum)  # covered by the checksum; rows hashed lazily
+    else:
+        tables._digest.seen = None  # written through numpy views: every row hash is recomputed by digest()
+        for name, want, got in zip(("weight", "momentum"), stored, tables.digest()):
+            if want is not None and want != got: raise SidecarError(path, name, _digest_mismatch(want, got))
     tables.table_step = hd.table_step
     return tables, hd.train_step, hd.table_step
 
 # %% ../nbs/05_ngram.ipynb #53f7e981
 def verify_sidecar(path) -> SidecarHeader:
-    "Check a sidecar's header, size and both payload checksums, streaming, without building its tables."
+    "Check a sidecar's header, size, both payload checksums and (version 2) the digests, streaming, building no tables."
     with open(path, "rb") as f:
         hd = _read_header(f, path)
         size = os.fstat(f.fileno()).st_size
         if size != hd.file_bytes:
             raise SidecarError(path, "header", f"the file is {size} bytes, its header says {hd.file_bytes}")
-        buf = memoryview(bytearray(max(1, min(CHUNK_BYTES, hd.section_bytes))))
-        for name in ("weight", "momentum"):
-            h, left = (hashlib.sha256() if hd.version == 1 else xxhash.xxh3_64()), hd.section_bytes
+        row = 4 * hd.dim
+        buf = np.empty(max(1, CHUNK_BYTES // row) * row if hd.section_bytes else 1, dtype=np.uint8)
+        for k, name in enumerate(("weight", "momentum")):
+            h, left, r0, dg = (hashlib.sha256() if hd.version == 1 else xxhash.xxh3_64()), hd.section_bytes, 0, 0
             while left:
-                n = f.readinto(buf[:min(left, len(buf))])
-                if not n:
+                n = f.readinto(memoryview(buf)[:min(left, len(buf))])
+                if not n or n % row and n < min(left, len(buf)):
                     raise SidecarError(path, name, "truncated")
                 h.update(buf[:n])
                 left -= n
-            _check_trailer(path, name, hd.version, h, f.read(32))
+                with np.errstate(over="ignore"):
+                    dg = int(np.uint64(dg) + _row_hashes(buf[:n].view(np.float32).reshape(-1, hd.dim),
+                                                         np.arange(r0, r0 + n // row), k).sum(dtype=np.uint64))
+                r0 += n // row
+            want = _check_trailer(path, name, hd.version, h, f.read(32))
+            if want is not None and want != dg: raise SidecarError(path, name, _digest_mismatch(want, dg))
     return hd
