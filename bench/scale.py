@@ -98,7 +98,7 @@ def main(argv=None):
     ap.add_argument("--log-every", type=int, default=10, help="table steps between fingerprints")
     ap.add_argument("--repeats", type=int, default=31, help="paired fingerprint measurements")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--load-rounds", type=int, default=2, help="alternating load_run_ckpt / torch.load rounds (best of)")
+    ap.add_argument("--load-rounds", type=int, default=2, help="alternating load rounds (best of)")
     ap.add_argument("--dir", default=None, help="where checkpoints are written (default: a temp dir in bench/out)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -186,7 +186,8 @@ def main(argv=None):
     print(f"  checkpoint at 2^{big}: save_run_ckpt {t_save:.2f} s for {written / 1e9:.2f} GB "
           f"({written / t_save / 1e9:.2f} GB/s); torch.save of the same tensors {t_tsave:.2f} s")
     print(f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (every byte verified); "
-          f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, files warm; "
+          f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, "
+          f"files warm; "
           f"of which the sidecar alone {min(t_sc):.2f} s")
     rows = [  # (what, ratio, target, built this session)
         (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10, True),

@@ -330,7 +330,7 @@ def _open(path):
         raise CheckpointError(path, "file", f"cannot open: {e.strerror or e}") from None
 
 def read_header(path) -> dict:
-    "{version, step, flags, table_step, checksum (id|None), sections: [(name, offset, length, crc|None, present)], size}."
+    "{version, step, flags, table_step, checksum: id|None, sections: [(name, offset, length, crc|None, present)], size}"
     path = Path(path)
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size

@@ -182,7 +182,7 @@ def _data_buffer(n: int) -> torch.Tensor:
     return torch.empty(n, dtype=torch.uint8)
 
 def st_read(src: Source) -> tuple:
-    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None); tensors share one buffer."
+    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None), one shared buffer."
     (n,) = struct.unpack("<Q", src.read(8))
     if n > min(src.left, 100 << 20):
         raise ValueError(f"safetensors header length {n} runs past the section")
