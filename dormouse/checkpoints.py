@@ -319,6 +319,8 @@ def _state_lines(ck: Checkpoint) -> list:
             out.append(f"stress: {ck.stress!r}")
     else:
         out.append("stress: none")
+    if ck.latch is not None and ck.latch.get("tripped"):
+        out.append(f"latch: tripped — {ck.latch.get('reason')}")
     if ck.pin is None:
         out.append("pin: none (written before plan pinning: a resume checks config.toml only)")
     else:

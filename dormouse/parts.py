@@ -59,8 +59,8 @@ def to_run_state(parts: Parts, env: dict) -> RunState:
     state = RunState(step=parts.step, model=parts.model.state_dict(), optim=parts.optim.state_dict(),
                      teacher=parts.teacher.state_dict() if parts.teacher is not None else None,
                      flags=parts.latch.flags, stress=parts.stress, table_step=parts.tables.table_step,
-                     env={**env, "forward": forward_formats(parts.model)})
-    state.latch = parts.latch.to_json()  # the latch with its reason: the container's meta "latch"
+                     env={**env, "forward": forward_formats(parts.model)},
+                     latch=parts.latch.to_json())  # the latch with its trip reason: the container's meta "latch"
     return state
 
 # %% ../nbs/09b_parts.ipynb #5b1e0d03

@@ -106,7 +106,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % di.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {di.world}")
-    stamp = corpus_stamp(corpus.source)  # checked before every checkpoint of this segment
+    stamp = corpus_stamp(corpus.data.path)  # the file the run reads: checked before every checkpoint
     env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")

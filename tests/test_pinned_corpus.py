@@ -3,13 +3,12 @@ refuses the next checkpoint, naming the file, and a resume from the last good on
 that shrinks under the run ends in that error, not a signal."""
 import subprocess, sys, textwrap
 
-import numpy as np
 import pytest
 
 import dormouse.train as train
 from dormouse.checkpoints import CorpusChangedError
 from dormouse.config import ConfigError, cfg_from_dict, read_snapshot
-from dormouse.data import default_corpus_bytes, load_corpus
+from dormouse.data import default_corpus_bytes
 from dormouse.rundir import RunPaths
 from dormouse.testing import assert_same_run, tiny_cfg
 
@@ -89,9 +88,6 @@ _TRUNCATE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(isinstance(load_corpus(__file__, 0.05, 32).data, np.memmap), strict=True,
-                   reason="a memory-mapped corpus faults (SIGBUS) when it shrinks: needs the pread read path in "
-                          "dormouse.data (issue 12 item 8; see the pin branch report)")
 def test_corpus_truncated_mid_run_is_an_error_naming_the_file_not_a_signal(tmp_path, corpus):
     r = subprocess.run([sys.executable, "-c", _TRUNCATE, str(corpus), str(tmp_path / "run")], capture_output=True,
                        text=True, timeout=300)
