@@ -4,13 +4,16 @@
 
 # %% ../nbs/08b_checkpoints.ipynb #2c7e5cc5
 from __future__ import annotations
-import hashlib, re, warnings
+import copy, hashlib, re, warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+import torch
 from .container import Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3, section_checks
 from .ngram import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
 
 # %% auto #0
-__all__ = ['ckpt_name', 'list_ckpts', 'sidecar_id', 'save_run_ckpt', 'load_run_ckpt', 'find_latest', 'describe']
+__all__ = ['ckpt_name', 'list_ckpts', 'sidecar_id', 'save_run_ckpt', 'load_run_ckpt', 'find_latest', 'snapshot', 'CommitError',
+           'Committer', 'describe']
 
 # %% ../nbs/08b_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -146,6 +149,98 @@ def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str =
             log(f"WARNING: skipping {p.name}: {e}")
             errs.append(str(e))
     raise CheckpointError(ckpt_dir, "run", f"{len(cks)} container(s), none loadable:\n  " + "\n  ".join(errs))
+
+# %% ../nbs/08b_checkpoints.ipynb #bgc0ex01
+def _copy_tree(v):
+    "A copy of `v` sharing no tensor storage with it: tensors cloned on their device, dicts/lists rebuilt, the rest deep-copied."
+    if torch.is_tensor(v):
+        return v.detach().clone()
+    if type(v) is dict:
+        return {k: _copy_tree(x) for k, x in v.items()}
+    if type(v) in (list, tuple):
+        return type(v)(_copy_tree(x) for x in v)
+    return copy.deepcopy(v)
+
+def snapshot(state: RunState,  # the live run state (its tensors may be the parameters themselves)
+             tables=None,  # the live NgramTables, or None
+            ) -> tuple:
+    "(state, tables) copied so the loop may change the originals while the copies are written."
+    snap = copy.copy(state)
+    for k, v in vars(state).items():
+        setattr(snap, k, _copy_tree(v))
+    if tables is None:
+        return snap, None
+    if tables.pending_rows() is not None:
+        raise ValueError("snapshot: the tables have a pending update; snapshot at a step boundary")
+    tb = copy.copy(tables)
+    tb.weight, tb.momentum = tables.weight.clone(), tables.momentum.clone()
+    return snap, tb
+
+# %% ../nbs/08b_checkpoints.ipynb #bgc0ex02
+class CommitError(RuntimeError):
+    "A checkpoint whose commit failed; names its container. The previous checkpoint is intact (writes are atomic)."
+    def __init__(self, path, cause: BaseException):
+        self.path = Path(path)
+        super().__init__(f"checkpoint {self.path} was not committed: {type(cause).__name__}: {cause}. The previous "
+                         f"complete checkpoint in {self.path.parent} is intact; fix the cause (e.g. free disk space) "
+                         "and resume.")
+
+# %% ../nbs/08b_checkpoints.ipynb #bgc0ex03
+class Committer:
+    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
+    def __init__(self, ckpt_dir,  # the run's ckpt/
+                 keep: int = 3,  # complete pairs rotation keeps
+                 background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
+                ):
+        self.dir, self.keep, self.background = Path(ckpt_dir), keep, background
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
+        self.pending = None  # (container path, Future) of the commit in flight
+        self.committed = None  # the newest container this committer committed
+
+    def submit(self, state: RunState, tables=None) -> None:
+        "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
+        self.wait()
+        path = self.dir / f"{ckpt_name(state.step)}.dmck"
+        if self.background:
+            snap, tb = snapshot(state, tables)
+            self.pending = (path, self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep))
+            return
+        try:
+            self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep)
+        except Exception as e:
+            raise CommitError(path, e) from e
+
+    def check(self) -> None:
+        "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
+        if self.pending is not None and self.pending[1].done():
+            self.wait()
+
+    def wait(self) -> Path | None:
+        "Block until the pending commit is on disk (raising its `CommitError`); the newest committed container."
+        if self.pending is not None:
+            path, fut = self.pending
+            err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
+            self.pending = None
+            if err is not None:
+                raise CommitError(path, err) from err
+            self.committed = fut.result()
+        return self.committed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        "Wait for the pending commit on every way out; an exception already leaving wins over a failed commit."
+        try:
+            self.wait()
+        except CommitError as e:
+            if et is None:
+                raise
+            warnings.warn(str(e), stacklevel=2)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+        return False
 
 # %% ../nbs/08b_checkpoints.ipynb #d7deeb1b
 def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:
