@@ -151,29 +151,35 @@ def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str =
     raise CheckpointError(ckpt_dir, "run", f"{len(cks)} container(s), none loadable:\n  " + "\n  ".join(errs))
 
 # %% ../nbs/08b_checkpoints.ipynb #bgc0ex01
-def _copy_tree(v):
-    "A copy of `v` sharing no tensor storage with it: tensors cloned on their device, dicts/lists rebuilt, the rest deep-copied."
+def _copy_tree(v, old=None):
+    "A copy of `v` sharing no tensor storage with it; a tensor of `old` (a previous copy) of the same kind is reused."
     if torch.is_tensor(v):
-        return v.detach().clone()
-    if type(v) is dict:
-        return {k: _copy_tree(x) for k, x in v.items()}
+        same = torch.is_tensor(old) and (old.shape, old.dtype, old.device) == (v.shape, v.dtype, v.device)
+        return old.copy_(v.detach()) if same else v.detach().clone()
+    if isinstance(v, dict):  # a state_dict is an OrderedDict
+        old = old if isinstance(old, dict) else {}
+        out = {k: _copy_tree(x, old.get(k)) for k, x in v.items()}
+        return out if type(v) is dict else type(v)(out)
     if type(v) in (list, tuple):
-        return type(v)(_copy_tree(x) for x in v)
+        old = old if type(old) is type(v) and len(old) == len(v) else [None] * len(v)
+        return type(v)(_copy_tree(x, o) for x, o in zip(v, old))
     return copy.deepcopy(v)
 
 def snapshot(state: RunState,  # the live run state (its tensors may be the parameters themselves)
              tables=None,  # the live NgramTables, or None
+             into: tuple = (None, None),  # a previous (state, tables) snapshot no longer in use: its memory is reused
             ) -> tuple:
     "(state, tables) copied so the loop may change the originals while the copies are written."
     snap = copy.copy(state)
     for k, v in vars(state).items():
-        setattr(snap, k, _copy_tree(v))
+        setattr(snap, k, _copy_tree(v, getattr(into[0], k, None)))
     if tables is None:
         return snap, None
     if tables.pending_rows() is not None:
         raise ValueError("snapshot: the tables have a pending update; snapshot at a step boundary")
-    tb = copy.copy(tables)
-    tb.weight, tb.momentum = tables.weight.clone(), tables.momentum.clone()
+    tb, old = copy.copy(tables), into[1]
+    tb.weight = _copy_tree(tables.weight, getattr(old, "weight", None))
+    tb.momentum = _copy_tree(tables.momentum, getattr(old, "momentum", None))
     return snap, tb
 
 # %% ../nbs/08b_checkpoints.ipynb #bgc0ex02
@@ -194,7 +200,8 @@ class Committer:
                 ):
         self.dir, self.keep, self.background = Path(ckpt_dir), keep, background
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
-        self.pending = None  # (container path, Future) of the commit in flight
+        self.pending = None  # (container path, Future, snapshot) of the commit in flight
+        self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
         self.committed = None  # the newest container this committer committed
 
     def submit(self, state: RunState, tables=None) -> None:
@@ -202,8 +209,9 @@ class Committer:
         self.wait()
         path = self.dir / f"{ckpt_name(state.step)}.dmck"
         if self.background:
-            snap, tb = snapshot(state, tables)
-            self.pending = (path, self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep))
+            snap, tb = snapshot(state, tables, into=self.spare)
+            self.spare = (None, None)
+            self.pending = (path, self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep), (snap, tb))
             return
         try:
             self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep)
@@ -218,9 +226,9 @@ class Committer:
     def wait(self) -> Path | None:
         "Block until the pending commit is on disk (raising its `CommitError`); the newest committed container."
         if self.pending is not None:
-            path, fut = self.pending
+            path, fut, snap = self.pending
             err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
-            self.pending = None
+            self.pending, self.spare = None, snap
             if err is not None:
                 raise CommitError(path, err) from err
             self.committed = fut.result()

@@ -248,10 +248,12 @@ def fit(cfg: TrainCfg,  # the plan
                     checkpoint(seg, log, di, commits)
                 if stopped:
                     break
-        # close (the last commit is on disk): the log, the display, every rank done, the whole run's rows
-        log.close()
-        ui.close(seg.rows)
-        barrier(di)
+            # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0):
+            # the last commit on disk, the log, the display, every rank done; then the whole run's rows
+            commits.wait()
+            log.close()
+            ui.close(seg.rows)
+            barrier(di)
         return close_segment(seg, stopped, stop.signum)
 
 # %% ../nbs/09_train.ipynb #7fba7c03
