@@ -40,7 +40,8 @@ def trained_parts(cfg: TrainCfg, steps: int):
 def state_bytes(state, tables) -> int:
     "Bytes of every tensor of the run state and the tables."
     n = sum(t.numel() * t.element_size() for sd in (state.model, state.teacher or {}) for t in sd.values())
-    n += sum(v.numel() * v.element_size() for st in state.optim["state"].values() for v in st.values() if torch.is_tensor(v))
+    moments = [v for st in state.optim["state"].values() for v in st.values() if torch.is_tensor(v)]
+    n += sum(v.numel() * v.element_size() for v in moments)
     return n + 2 * tables.weight.numel() * tables.weight.element_size()
 
 

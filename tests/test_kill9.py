@@ -71,7 +71,8 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120: time.sleep(0.01)
             if attempt % 2:  # aimed: once this process's commit thread has a temp file open, within 50 ms
                 tmp_of_pid = f".*.tmp.{proc.pid}"
-                while proc.poll() is None and not list(RunPaths(run).ckpt_dir.glob(tmp_of_pid)) and time.time() - t0 < 120:
+                ckpt_dir = RunPaths(run).ckpt_dir
+                while proc.poll() is None and not list(ckpt_dir.glob(tmp_of_pid)) and time.time() - t0 < 120:
                     time.sleep(0.002)
                 time.sleep(float(delays[attempt]) * 0.05)
             else:
