@@ -18,7 +18,7 @@ from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id, save_run_ckpt
+from .checkpoints import Committer, check_pin, corpus_stamp, find_latest, make_pin, new_run_id
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
                              write_atomic, write_jsonl)
@@ -171,12 +171,13 @@ class StopFlag:
         return False
 
 # %% ../nbs/09_train.ipynb #c8e7a1b2
-def checkpoint(seg: Segment, cfg: TrainCfg, log: MetricsLog, di: DistInfo) -> None:
-    "Commit the run state at a step boundary: rows fsynced, rank 0 writes the pair, every rank waits."
+def checkpoint(seg: Segment, log: MetricsLog, di: DistInfo,
+               commits: Committer,  # rank 0's committer: snapshot now, commit in the background
+              ) -> None:
+    "Take a checkpoint at a step boundary: rows fsynced, rank 0 snapshots the state for its commit, every rank waits."
     log.sync()
     if seg.lead:
-        save_run_ckpt(seg.paths.ckpt_dir, to_run_state(seg.parts, seg.env), seg.parts.tables, keep=cfg.keep_ckpts,
-                      pin=seg.pin)
+        commits.submit(to_run_state(seg.parts, seg.env), seg.parts.tables)
     barrier(di)
 
 def fingerprint(parts: Parts, step: int, di: DistInfo) -> str:
@@ -220,6 +221,7 @@ def fit(cfg: TrainCfg,  # the plan
         allow_env_drift: bool = False,  # accept a different numeric environment (recorded in lineage.jsonl)
         progress=None,  # None: progress bar (and a live panel in Jupyter); False: quiet
         device: str | None = None,  # "cpu" (default, or $DORMOUSE_DEVICE) or "cuda"
+        ckpt_background: bool = True,  # commit checkpoints on a background thread; False: in the loop (debugging)
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
@@ -234,8 +236,10 @@ def fit(cfg: TrainCfg,  # the plan
         log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
         ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
                       show=progress is not False and seg.lead)
-        with StopFlag() as stop:
+        commits = Committer(seg.paths.ckpt_dir, keep=cfg.keep_ckpts, background=ckpt_background, pin=seg.pin)
+        with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
             for step in range(seg.start, cfg.steps):
+                commits.check()  # a failed background commit raises here, at the step boundary
                 # one step of the plan: batch step + pre_batches, forward, backward, update
                 row = train_step(seg.parts, corpus, cfg, step, pb, device, di.rank, di.world, targets=targets)
                 done = step + 1
@@ -251,13 +255,15 @@ def fit(cfg: TrainCfg,  # the plan
                 ui.update(row, seg.rows)
                 # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
                 if save_now:
-                    checkpoint(seg, cfg, log, di)
+                    checkpoint(seg, log, di, commits)
                 if stopped:
                     break
-        # close: the log, the display, every rank done, the whole run's rows
-        log.close()
-        ui.close(seg.rows)
-        barrier(di)
+            # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0):
+            # the last commit on disk, the log, the display, every rank done; then the whole run's rows
+            commits.wait()
+            log.close()
+            ui.close(seg.rows)
+            barrier(di)
         return close_segment(seg, stopped, stop.signum)
 
 # %% ../nbs/09_train.ipynb #7fba7c03

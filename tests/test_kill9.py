@@ -1,7 +1,11 @@
 """kill -9: a `dormouse train` subprocess SIGKILLed at >= 20 seeded random moments, resumed each time, finishes
-bitwise identical to a run that was never killed, and never loads a torn checkpoint."""
+bitwise identical to a run that was never killed, and never loads a torn checkpoint. Every other kill is aimed at a
+background commit (it waits for this process's temp file in ckpt/), so some land while the loop trains on past the
+checkpoint being written."""
 import os, signal, subprocess, sys, time
+from pathlib import Path
 
+import numpy as np
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
@@ -50,7 +54,7 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
     assert r.returncode == 0, r.stderr
 
     run = tmp_path / "killed"
-    kills = in_save = 0
+    kills = in_save = behind_loop = 0
     resumed_from = []
     delays = keyed_uniform(seed=2026, step=0, stream=99, n=200)
     attempt = 0
@@ -66,15 +70,26 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             # wait until this segment has trained at least one new step, then a seeded random extra delay
             while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120:
                 time.sleep(0.01)
-            time.sleep(float(delays[attempt]) * 0.6)
+            if attempt % 2:  # aimed: once this process's commit thread has a temp file open, within 50 ms
+                tmp_of_pid = f".*.tmp.{proc.pid}"
+                ckpt_dir = RunPaths(run).ckpt_dir
+                while proc.poll() is None and not list(ckpt_dir.glob(tmp_of_pid)) and time.time() - t0 < 120:
+                    time.sleep(0.002)
+                time.sleep(float(delays[attempt]) * 0.05)
+            else:
+                time.sleep(float(delays[attempt]) * 0.6)
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
                 killed = True
                 kills += 1
                 # an atomic save writes `.step_N.dmck.tmp.<pid>` / `.step_N.ngram.tmp.<pid>`: one left by this pid = killed mid-save
-                if list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}")):
+                left = list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}"))
+                if left:
                     in_save += 1
+                    # the loop had trained past the checkpoint being committed: the kill landed in a background write
+                    if n_rows(run) > int(left[0].name.split(".")[1].split("_")[1]):
+                        behind_loop += 1
         out, _ = proc.communicate(timeout=600)
         if not killed:
             assert proc.returncode == 0, out
@@ -86,8 +101,10 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             break
         assert attempt < 200
     with capsys.disabled():  # the report shows in CI's log, not only on failure
-        print(f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint save, {len(resumed_from)} resumes")
+        print(f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint commit ({behind_loop} of them while the "
+              f"loop trained on past it), {len(resumed_from)} resumes")
     assert kills >= KILLS, f"the run finished after only {kills} kills"
+    assert behind_loop >= KILLS // 4, f"only {behind_loop} kills landed in a background commit"
     # every resume named a checkpoint that exists as a complete container or was rotated away later; none was torn
     assert all(name.endswith(".dmck") for name in resumed_from)
     for p in RunPaths(run).checkpoints():

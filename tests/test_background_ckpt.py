@@ -1,0 +1,86 @@
+"""Background checkpoints (issue 15 item 2): the loop pays for a snapshot, one thread commits; a failed commit raises in
+`fit` at the next step boundary (or at close) naming the container, leaving the previous checkpoint; `fit` returns only
+once its last checkpoint is committed; the files are byte for byte those of the synchronous path."""
+import threading, time
+from pathlib import Path
+
+import pytest
+
+import dormouse.checkpoints as ckpts
+from dormouse.checkpoints import CommitError, find_latest
+from dormouse.container import load_ckpt
+from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import assert_same_run, state_diff, tiny_cfg
+from dormouse.train import fit
+
+
+def failing_at(step, real):
+    "A sidecar writer that runs out of space at `step` and writes normally otherwise."
+    def write(path, tables, train_step):
+        if train_step == step:
+            raise OSError(28, "No space left on device", str(path))
+        return real(path, tables, train_step)
+    return write
+
+
+def ckpt_files(run):
+    return sorted(p.name for p in RunPaths(Path(run)).ckpt_dir.iterdir())
+
+
+def test_commit_error_surfaces_at_the_next_step_boundary(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpts, "save_sidecar", failing_at(12, ckpts.save_sidecar))
+    cfg = tiny_cfg(steps=30, ckpt_every=6, keep_ckpts=5)
+    with pytest.raises(CommitError, match=r"step_000012\.dmck was not committed: OSError.*No space left") as ei:
+        fit(cfg, tmp_path / "run", progress=False)
+    assert isinstance(ei.value.__cause__, OSError)
+    rows = len(read_jsonl(RunPaths(tmp_path / "run").metrics))
+    # raised at a step boundary after the failed checkpoint, before the next checkpoint (step 18) was reached
+    assert 12 <= rows < 18, rows
+    # the failed commit left nothing; the previous pair is intact and is what a resume loads
+    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngram"]
+    assert find_latest(RunPaths(tmp_path / "run").ckpt_dir, log=print)[0].step == 6
+
+
+def test_commit_error_of_the_last_checkpoint_surfaces_at_close(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpts, "save_sidecar", failing_at(12, ckpts.save_sidecar))
+    with pytest.raises(CommitError, match=r"step_000012\.dmck was not committed"):
+        fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
+    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngram"]
+
+
+def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch):
+    real, threads = ckpts.save_v3, set()
+    def slow_save_v3(path, state, sidecar, *pin):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.5)  # a slow disk: fit must not return before this container is renamed into place
+        return real(path, state, sidecar, *pin)
+    monkeypatch.setattr(ckpts, "save_v3", slow_save_v3)
+    fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
+    assert threads and all(n.startswith("dormouse-commit") for n in threads), threads  # written off the loop
+    ck, tables, path = find_latest(RunPaths(tmp_path / "run").ckpt_dir, log=print)
+    assert (ck.step, path.name, tables.table_step) == (12, "step_000012.dmck", 12)
+    assert not [p for p in RunPaths(tmp_path / "run").ckpt_dir.iterdir() if ".tmp." in p.name]
+
+
+def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
+    cfg = tiny_cfg(steps=16, ckpt_every=4, keep_ckpts=100, aux=True, stress=True, stress_k=1.5)
+    fit(cfg, tmp_path / "sync", progress=False, ckpt_background=False)
+    real = ckpts.save_sidecar
+    def slow_sidecar(path, tables, train_step):
+        time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
+        return real(path, tables, train_step)
+    monkeypatch.setattr(ckpts, "save_sidecar", slow_sidecar)
+    fit(cfg, tmp_path / "bg", progress=False)
+    names = ckpt_files(tmp_path / "sync")
+    assert names == ckpt_files(tmp_path / "bg") and len(names) == 8, names
+    for n in names:
+        a, b = RunPaths(tmp_path / "sync").ckpt_dir / n, RunPaths(tmp_path / "bg").ckpt_dir / n
+        if n.endswith(".ngram"):
+            assert a.read_bytes() == b.read_bytes(), f"{n} differs between the synchronous and the background commit"
+            continue
+        ca, cb = load_ckpt(a), load_ckpt(b)  # two runs of one plan: the same state, different run ids in the pin
+        assert state_diff(ca, cb) == [], (n, state_diff(ca, cb))
+        assert (ca.env, ca.latch, ca.sidecar) == (cb.env, cb.latch, cb.sidecar), n
+        drop = ("run_id", "run_started")
+        assert {k: v for k, v in ca.pin.items() if k not in drop} == {k: v for k, v in cb.pin.items() if k not in drop}
+    assert_same_run(tmp_path / "sync", tmp_path / "bg")
