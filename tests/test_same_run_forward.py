@@ -5,7 +5,7 @@ import tempfile
 
 import torch
 
-from dormouse.container import find_latest, save_run_ckpt
+from dormouse.checkpoints import find_latest, save_run_ckpt
 from dormouse.data import load_corpus
 from dormouse.parts import build_parts, restore, state_fingerprint, to_run_state
 from dormouse.quant import FactorLinear, forward_formats, set_quant_all

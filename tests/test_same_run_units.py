@@ -16,9 +16,10 @@ from dormouse.fsio import atomic_write, atomic_write_bytes
 from dormouse.mask import mask_stream
 from dormouse.numerics import EnvDriftError, check_env
 from dormouse.parts import build_parts, restore, state_fingerprint, to_run_state
-from dormouse.rundir import RunDirError, read_jsonl
+from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.step import global_batch, lr_at, train_step
 from dormouse.testing import tiny_cfg
+from dormouse.train import fit
 
 ADR_PROGRESS_KEYS = {"steps", "log_every", "ckpt_every", "eval", "eval_every"}  # ADR-0021 rule 1, by name
 
@@ -183,3 +184,12 @@ def test_a_bad_line_in_the_middle_of_the_history_is_an_error_not_a_truncation(tm
         read_jsonl(p, key="step")
     p.write_text('{"step": 0}\n{"step": 1}\n{"step": 2')  # a torn last line is a kill mid-append: dropped
     assert [r["step"] for r in read_jsonl(p, key="step")] == [0, 1]
+
+
+def test_a_run_dir_held_by_another_writer_is_refused_before_anything_is_written(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with RunLock(RunPaths(run).lock):  # another writer (flock is per open file, so this process counts as one)
+        with pytest.raises(RunDirError, match="being written by another process"):
+            fit(tiny_cfg(steps=2), run, progress=False)
+    assert [p.name for p in run.iterdir()] == [RunPaths(run).lock.name]
