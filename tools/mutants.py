@@ -13,7 +13,9 @@ Usage:
   python tools/mutants.py --list          the table of mutants and their kill sets, running nothing
   python tools/mutants.py --only NAME ..  run some mutants
   python tools/mutants.py --record        also write tools/mutants_score.json (the score README and the notebook show)
-Exit status: 0 when every mutant is killed; 1 when one survives; 2 when an anchor is missing or a kill set is broken.
+First the union of the kill sets runs on the unmutated library: a test that already fails would "kill" anything.
+Exit status: 0 when every mutant is killed; 1 when one survives; 2 when an anchor is missing, a kill set is broken, or
+a kill set fails without a mutant.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCORE_FILE = ROOT / "tools" / "mutants_score.json"
 COPY = ("dormouse", "tests", "nbs", "tools", "settings.ini", "setup.py", "README.md")
 TIMEOUT = 600  # seconds for one mutant's kill set
+BASELINE = "(unmutated library)"  # the run of every kill set with no edit: must pass
 
 
 @dataclass
@@ -281,6 +284,7 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the mutants and their kill sets, run nothing")
     ap.add_argument("--only", nargs="*", default=None, help="run only these mutants")
     ap.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip running the kill sets on the unmutated library")
     ap.add_argument("--record", action="store_true", help=f"write the score to {SCORE_FILE.relative_to(ROOT)}")
     a = ap.parse_args(argv)
     names = [m.name for m in MUTANTS]
@@ -298,21 +302,32 @@ def main(argv=None) -> int:
         return 0
     print(f"{len(todo)} mutants, {a.jobs} at a time, each in a scratch copy of {ROOT.name}/", flush=True)
     t0 = time.time()
-    results = []
+    runs = list(todo)
+    if not a.no_baseline:  # a kill set that fails on the unmutated library would "kill" every mutant it is given
+        runs.insert(0, Mutant(BASELINE, "every kill set passes on the library as it is", [],
+                              sorted({k for m in todo for k in m.kill})))
+    results, base_ok = [], True
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        for r in pool.map(run_mutant, todo):
-            results.append(r)
+        for r in pool.map(run_mutant, runs):
+            if r["name"] == BASELINE:
+                base_ok = r["verdict"] == "SURVIVED"  # nothing mutated, so every test passed
+                r = {**r, "verdict": "passes" if base_ok else "FAILS"}
+            else:
+                results.append(r)
             print(f"{r['name']:<34} {r['verdict']:<9} {r['s']:6.1f}s  {r['by']}", flush=True)
     killed = sum(r["verdict"] == "killed" for r in results)
     survived = [r["name"] for r in results if r["verdict"] == "SURVIVED"]
     errors = [r["name"] for r in results if r["verdict"] == "ERROR"]
     print(f"{killed} killed, {len(survived)} survived" + (f", {len(errors)} broken" if errors else "")
           + f" ({time.time() - t0:.0f}s)")
-    if a.record and a.only is None:
+    if a.record and a.only is None and base_ok:
         score = {"mutants": len(results), "killed": killed, "survived": survived, "broken": errors,
                  "names": [r["name"] for r in results]}
         SCORE_FILE.write_text(json.dumps(score, indent=1) + "\n")
-    if errors:
+    if not base_ok:
+        print(f"{BASELINE}: the kill sets fail without any mutant, so no kill above means anything; fix the tests",
+              file=sys.stderr)
+    if errors or not base_ok:
         return 2
     return 1 if survived else 0
 
