@@ -1,11 +1,13 @@
 """A seconds-scale resume of a run that has every piece of run state at once (teacher, tripped latch, stress window
 with refusals, n-gram tables, probe batches, random depth): a final save off the checkpoint cadence, and a crash
-after a checkpoint with metrics rows past it, both resume as the same run."""
+after a checkpoint with metrics rows past it, both resume as the same run; a resume that would be another run (a
+strict key changed, fewer steps than reached) is refused before anything is written."""
 import dataclasses
 import shutil
 
 import pytest
 
+from dormouse.config import ConfigError, DriftError
 from dormouse.rundir import RunPaths
 from dormouse.testing import assert_same_run, final_ckpt, tiny_cfg
 from dormouse.train import fit
@@ -39,3 +41,21 @@ def test_a_crash_after_a_checkpoint_resumes_as_the_same_run(ref, tmp_path):
             p.unlink()
     fit(CFG, run, resume=True, progress=False)
     assert_same_run(ref, run)
+
+
+def _files(run):
+    "Every file of a run directory with its bytes."
+    return {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("change,error,words", [
+    (dict(jepa_weight=0.2), DriftError, "jepa_weight"),  # a strict key: another objective
+    (dict(steps=4), ConfigError, "steps=4 is below step 10"),  # a resume cannot train backwards
+])
+def test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written(ref, tmp_path, change, error, words):
+    run = tmp_path / "other"
+    shutil.copytree(ref, run)
+    before = _files(run)
+    with pytest.raises(error, match=words):
+        fit(dataclasses.replace(CFG, **change), run, resume=True, progress=False)
+    assert _files(run) == before

@@ -14,6 +14,7 @@ from dormouse.data import load_corpus
 from dormouse.dist import DistInfo, check_fingerprints
 from dormouse.fsio import atomic_write, atomic_write_bytes
 from dormouse.mask import mask_stream
+from dormouse.model import depth_for_step
 from dormouse.numerics import EnvDriftError, check_env
 from dormouse.parts import build_parts, restore, state_fingerprint, to_run_state
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
@@ -116,6 +117,14 @@ def test_the_mask_is_a_pure_function_of_seed_and_step():
     assert torch.equal(mask_stream(4, 64, 0.15, 4, seed=1, step=5), a)
     assert not torch.equal(mask_stream(4, 64, 0.15, 4, seed=1, step=6), a)
     assert not torch.equal(mask_stream(4, 64, 0.15, 4, seed=2, step=5), a)
+
+
+def test_the_depth_of_a_step_is_a_pure_function_of_seed_and_step():
+    cfg = tiny_cfg(rand_depth=True)
+    want = [depth_for_step(cfg, s) for s in range(40)]
+    assert len(set(want)) > 1 and all(cfg.model.depth_min <= d <= cfg.model.depth_max for d in want)
+    assert [depth_for_step(cfg, s) for s in reversed(range(40))] == want[::-1]  # order and repeats change nothing
+    assert depth_for_step(cfg, 7) == want[7]
 
 
 def test_the_lr_schedule_does_not_read_steps():

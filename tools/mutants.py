@@ -136,6 +136,11 @@ MUTANTS = [
     Mutant("optimiser_not_restored", "a resume restarts AdamW's moments from zero",
            [edit("parts.py", "    parts.optim.load_state_dict(ck.optim)", "    pass")],
            [CRASH]),
+    Mutant("depth_keyed_on_a_counter", "rule 3: rand_depth's draw is keyed on a process counter, not the step",
+           [edit("model.py", "    return int(keyed_randint(cfg.seed, step, STREAM_DEPTH,",
+                 "    depth_for_step.calls = getattr(depth_for_step, 'calls', -1) + 1\n"
+                 "    return int(keyed_randint(cfg.seed, depth_for_step.calls, STREAM_DEPTH,")],
+           [f"{UNITS}::test_the_depth_of_a_step_is_a_pure_function_of_seed_and_step"]),
     # files on disk
     Mutant("checksum_not_verified", "a container section whose bytes changed loads as if intact",
            [edit("container.py", "if crc is not None and src.crc != crc: raise", "if False: raise")],
@@ -166,10 +171,22 @@ MUTANTS = [
     Mutant("fingerprint_skips_optimiser", "two runs whose AdamW moments differ fingerprint the same",
            [edit("parts.py", "    osd = parts.optim.state_dict()", '    osd = {"state": {}}')],
            [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
+    Mutant("fingerprint_skips_stress", "two runs whose stress windows differ fingerprint the same",
+           [edit("parts.py", "        h.update(parts.stress.to_bytes())", "        pass")],
+           [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
     # resuming
     Mutant("env_drift_not_checked", "a resume under another numeric environment goes ahead unrecorded",
            [edit("numerics.py", "drift = env_diff(saved, now) if saved is not None else {}", "drift = {}")],
            [f"{UNITS}::test_environment_drift_is_refused_naming_the_key_unless_allowed"]),
+    Mutant("drift_not_checked_on_resume", "rule 1: a resume with another objective continues under the old name",
+           [edit("train.py", "    check_drift(snapshot, cfg, where=str(paths.config))", "    pass")],
+           [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"]),
+    Mutant("steps_below_reached_allowed", "a resume with fewer steps than reached rewrites the run's history",
+           [edit("train.py", "    if cfg.steps < ck.step:", "    if False:")],
+           [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"]),
+    Mutant("missing_state_not_refused", "rule 4: a v3 container lacking the teacher or stress resumes quietly",
+           [edit("parts.py", 'if lacks and not getattr(ck, "legacy", False):', "if False:")],
+           ["tests/test_same_run_missing.py::test_a_v3_container_lacking_what_the_plan_needs_is_refused"]),
     Mutant("metrics_rows_duplicated_on_resume", "the curve has two rows for the steps past the resumed checkpoint",
            [edit("train.py", 'if r["step"] < parts.step]', "]")],
            [CRASH]),
@@ -307,6 +324,7 @@ def main(argv=None) -> int:
         runs.insert(0, Mutant(BASELINE, "every kill set passes on the library as it is", [],
                               sorted({k for m in todo for k in m.kill})))
     results, base_ok = [], True
+    width = max(len(m.name) for m in runs)
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         for r in pool.map(run_mutant, runs):
             if r["name"] == BASELINE:
@@ -314,7 +332,7 @@ def main(argv=None) -> int:
                 r = {**r, "verdict": "passes" if base_ok else "FAILS"}
             else:
                 results.append(r)
-            print(f"{r['name']:<34} {r['verdict']:<9} {r['s']:6.1f}s  {r['by']}", flush=True)
+            print(f"{r['name']:<{width}} {r['verdict']:<9} {r['s']:6.1f}s  {r['by']}", flush=True)
     killed = sum(r["verdict"] == "killed" for r in results)
     survived = [r["name"] for r in results if r["verdict"] == "SURVIVED"]
     errors = [r["name"] for r in results if r["verdict"] == "ERROR"]
