@@ -18,13 +18,14 @@ from .targets import TargetsError, open_targets, precompute_jepa_targets
 from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit
-from .view import compare_runs, plot_run
+from .view import compare_runs, plot_run, run_baselines
+from .data import COMPRESSORS
 
 # %% auto #0
 __all__ = ['COMMANDS', 'USAGE_ERRORS', 'RUN_ERRORS', 'field_docs', 'key_docs', 'normalize_flags', 'cli_value', 'add_config_flags',
-           'train_cfg_from_args', 'UsageError', 'build_parser', 'check_device', 'cmd_train', 'cmd_generate',
-           'cmd_serve', 'cmd_inspect', 'cmd_compare', 'cmd_plot', 'cmd_precompute_targets', 'exit_code', 'one_line',
-           'main']
+           'train_cfg_from_args', 'UsageError', 'build_parser', 'check_device', 'print_bits_per_byte', 'cmd_train',
+           'cmd_generate', 'cmd_serve', 'cmd_inspect', 'cmd_compare', 'cmd_plot', 'cmd_precompute_targets', 'exit_code',
+           'one_line', 'main']
 
 # %% ../nbs/11_cli.ipynb #b32a71fe
 def field_docs(cls) -> dict[str, str]:
@@ -176,6 +177,20 @@ def check_device(name: str, where: str) -> str:
         raise UsageError(f"{where} {name!r} but torch sees no CUDA device; use cpu")
     return name
 
+def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
+    "The model's held-out bits/byte at its training depth (else its best), beside the compressors' on the same split."
+    bpb = {k: v for k, v in evals.items() if k.startswith("eval_bpb_d")}
+    if not bpb:
+        return
+    key = f"eval_bpb_d{cfg.model.depth}" if f"eval_bpb_d{cfg.model.depth}" in bpb else min(bpb, key=bpb.get)
+    line = f"held-out {bpb[key]:.3f} bits/byte (depth {key[len('eval_bpb_d'):]})"
+    base = run_baselines(run_dir)
+    if base is not None:
+        line += "  vs " + ", ".join(f"{n} {base[n]:.3f}" for n in COMPRESSORS)
+        line += (f"; after the last {base['prefix_bytes'] / 2**20:.0f} MiB of training text: "
+                 + ", ".join(f"{n} {base[n + ' +train']:.3f}" for n in COMPRESSORS))
+    print(line)
+
 def cmd_train(args) -> int:
     run_dir = Path(args.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -188,8 +203,9 @@ def cmd_train(args) -> int:
     if len(df):
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}
-        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items())
+        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items() if not k.startswith("eval_bpb"))
         print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
+        print_bits_per_byte(evals, cfg, run_dir)
     print(f"run: {run_dir}  (plot: dormouse plot {run_dir} -o loss.png; "
           f"continue: dormouse train --run-dir {run_dir} --resume --steps N)")
     return df.attrs["exit_status"]  # 0; 130 after Ctrl-C; 143 after SIGTERM (both with a checkpoint)

@@ -40,15 +40,16 @@ class TrainCfg:
     model: ModelCfg = field(default_factory=ModelCfg)  # the network's shape
     data: str = ""  # path to a byte corpus file; "" means the embedded default corpus
     data_sha256: str = ""  # sha256 of the corpus bytes, filled in by `fit`; other bytes are drift
+    data_order: str = "shuffled"  # "shuffled" (keyed permutation per epoch) | "stream" (ADR's contiguous layout)
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
-    steps: int = 400  # total steps of the run (progress: extending a run is a resume)
-    lr: float = 2e-3  # peak learning rate
-    min_lr: float = 2e-4  # learning rate at the end of the decay
-    warmup: int = 20  # linear LR warm-up steps
-    decay_start: int = 200  # step at which cosine decay begins (never derived from `steps`)
-    decay_steps: int = 600  # length of the cosine decay; LR stays at `min_lr` after it
+    steps: int = 2400  # total steps of the run (progress: extending a run is a resume)
+    lr: float = 3e-3  # peak learning rate
+    min_lr: float = 3e-4  # learning rate at the end of the decay
+    warmup: int = 50  # linear LR warm-up steps
+    decay_start: int = 400  # step at which cosine decay begins (never derived from `steps`)
+    decay_steps: int = 2000  # length of the cosine decay; LR stays at `min_lr` after it
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     beta1: float = 0.9  # AdamW first-moment decay
     beta2: float = 0.95  # AdamW second-moment decay
@@ -59,8 +60,8 @@ class TrainCfg:
     ckpt_every: int = 100  # steps between checkpoints (progress)
     keep_ckpts: int = 3  # how many checkpoints rotation keeps
     eval: bool = True  # run held-out eval at `eval_every` (progress)
-    eval_every: int = 100  # steps between evals (progress)
-    eval_batches: int = 4  # held-out batches per eval
+    eval_every: int = 400  # steps between evals (progress)
+    eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
     eval_depths: list[int] = field(default_factory=lambda: [1, 2, 4])  # core depths evaluated
     rand_depth: bool = False  # draw each step's core depth in [depth_min, depth_max] from (seed, step)
     quant: str = "fp32"  # factor format: fp32 | bf16 | fp8 | int8
@@ -336,6 +337,8 @@ def validate(cfg: TrainCfg) -> TrainCfg:
     m, errs = cfg.model, []
     if cfg.quant not in QUANT_FORMATS:
         errs.append(f"quant={cfg.quant!r}: use one of {', '.join(QUANT_FORMATS)}")
+    if cfg.data_order not in ("shuffled", "stream"):
+        errs.append(f"data_order={cfg.data_order!r}: use shuffled or stream")
     if m.d_model % m.n_heads:
         errs.append(f"model.d_model={m.d_model} must be a multiple of model.n_heads={m.n_heads}")
     if not 1 <= m.depth_min <= m.depth_max:

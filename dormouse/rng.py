@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 # %% auto #0
-__all__ = ['STREAM_INIT', 'STREAM_DEPTH', 'STREAM_MASK', 'STREAM_SAMPLE', 'splitmix64', 'keyed_u64', 'keyed_uniform',
-           'keyed_randint', 'keyed_normal']
+__all__ = ['STREAM_INIT', 'STREAM_DEPTH', 'STREAM_MASK', 'STREAM_SAMPLE', 'STREAM_DATA', 'STREAM_EVAL', 'FEISTEL_ROUNDS',
+           'splitmix64', 'keyed_u64', 'keyed_uniform', 'keyed_randint', 'keyed_normal', 'keyed_perm']
 
 # %% ../nbs/01_rng.ipynb #572845a4
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -29,6 +29,8 @@ STREAM_INIT = 1  # parameter initialisation (step = parameter number)
 STREAM_DEPTH = 2  # the core depth of a step under rand_depth
 STREAM_MASK = 3  # JEPA span starts
 STREAM_SAMPLE = 4  # sampling in generate (step = generated position)
+STREAM_DATA = 5  # the order of training sequences (step = epoch)
+STREAM_EVAL = 6  # the held-out eval sample (step = lap over the held-out split)
 
 def _u64(v) -> np.uint64:
     return np.uint64(int(v) % 2**64)
@@ -59,3 +61,32 @@ def keyed_normal(seed: int, step: int, stream: int, n: int) -> np.ndarray:
     r = np.sqrt(-2.0 * np.log(u1))
     z = np.concatenate([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)])
     return z[:n]
+
+# %% ../nbs/01_rng.ipynb #597d25f9
+FEISTEL_ROUNDS = 6  # rounds of the keyed Feistel network behind `keyed_perm`
+
+def _feistel(x: np.ndarray, keys: list, half: int) -> np.ndarray:
+    "One pass of the balanced Feistel network over 2*half-bit blocks."
+    mask = np.uint64((1 << half) - 1)
+    sh = np.uint64(half)
+    left, right = x >> sh, x & mask
+    for k in keys:
+        left, right = right, left ^ (splitmix64(right ^ k) & mask)
+    return (left << sh) | right
+
+def keyed_perm(n: int,  # size of the permuted range [0, n)
+               seed: int, step: int, stream: int,  # the key: a new permutation per (seed, step, stream)
+               index,  # positions to map, each in [0, n)
+              ) -> np.ndarray:
+    "Entries `index` of a keyed permutation of range(n): a bijection on [0, n), a pure function of its key."
+    if n < 1: raise ValueError(f"keyed_perm: n={n} must be >= 1")
+    x = np.asarray(index, dtype=np.int64)
+    if x.size and (x.min() < 0 or x.max() >= n): raise ValueError(f"keyed_perm: index out of [0, {n})")
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    keys = list(keyed_u64(seed, step, stream, np.arange(FEISTEL_ROUNDS, dtype=np.uint64)))
+    out = _feistel(x.astype(np.uint64), keys, half)
+    walk = out >= np.uint64(n)
+    while walk.any():  # cycle-walking: re-encrypt until back in range
+        out[walk] = _feistel(out[walk], keys, half)
+        walk = out >= np.uint64(n)
+    return out.astype(np.int64)

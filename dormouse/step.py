@@ -35,7 +35,7 @@ def pre_batches(cfg: TrainCfg) -> int:
 
 def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, device: str, rank: int = 0, world: int = 1):
     "Global batch `i`, and the slice of its rows this rank trains on."
-    x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len)
+    x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
     per = cfg.batch // world
     return x.to(device), y.to(device), slice(rank * per, (rank + 1) * per)
 
@@ -127,7 +127,7 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int, pb: int, 
 # %% ../nbs/09d_step.ipynb #6917d925
 @torch.no_grad()
 def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[str, float]:
-    "Held-out CE at each of `eval_depths`; reads only the held-out split, draws nothing, changes no state."
+    "Held-out CE (nats) and bits/byte at each of `eval_depths`; reads only the held-out split, changes no state."
     was = parts.model.training
     parts.model.eval()
     out = {}
@@ -139,5 +139,6 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[s
             _, ce, _ = compute_losses(parts.model, None, x, y, d, parts.tables.lookup(x), None, 0.0)
             tot += ce.item()
         out[f"eval_d{d}"] = tot / cfg.eval_batches
+        out[f"eval_bpb_d{d}"] = out[f"eval_d{d}"] / math.log(2)  # bits per byte: comparable with compressors
     parts.model.train(was)
     return out

@@ -167,7 +167,7 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
             from tqdm.auto import tqdm
             bar = tqdm(total=steps, desc=f"targets {out.name}", unit="step", dynamic_ncols=True)
         for s in range(steps):
-            x, _ = corpus.batch_at(s + pb, cfg.batch, cfg.seq_len)
+            x, _ = corpus.batch_at(s + pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
             mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, s)
             depth = depth_for_step(cfg, s)
             with torch.no_grad():

@@ -4,15 +4,17 @@
 
 # %% ../nbs/09e_view.ipynb #b243d616
 from __future__ import annotations
-import time
+import math, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
+from .config import ConfigError, read_snapshot
+from .data import COMPRESSORS, CorpusError, compressor_baselines, load_corpus
 from .rundir import RunPaths, metrics_frame, read_lineage, read_metrics
 
 # %% auto #0
-__all__ = ['in_notebook', 'LivePanel', 'Progress', 'plot_run', 'Comparison', 'compare_runs']
+__all__ = ['in_notebook', 'LivePanel', 'Progress', 'run_baselines', 'plot_run', 'Comparison', 'compare_runs']
 
 # %% ../nbs/09e_view.ipynb #8f177f84
 def in_notebook() -> bool:
@@ -92,8 +94,24 @@ class Progress:
             self.panel.update(rows, force=True)
 
 # %% ../nbs/09e_view.ipynb #144417d2
-def plot_run(run_dir, ax=None):
-    "Loss (and held-out eval) per step across all segments, resume boundaries marked; returns the figure."
+def run_baselines(run_dir) -> dict | None:
+    "Compressor baselines (bits/byte) on a run's held-out split, or None when its corpus is not at hand."
+    paths = RunPaths(Path(run_dir))
+    if not paths.config.exists():
+        return None
+    try:
+        snap = read_snapshot(paths.config)
+        corpus = load_corpus(snap.get("data", ""), snap.get("holdout_frac", 0.05), snap.get("seq_len", 128))
+    except (ConfigError, CorpusError, OSError):
+        return None
+    if snap.get("data_sha256") and snap["data_sha256"] != corpus.sha256:
+        return None  # other bytes than the run's: no honest reference line
+    return compressor_baselines(corpus)
+
+def plot_run(run_dir, ax=None,
+             baselines: bool = True,  # draw the compressors' bits/byte on the held-out split as reference lines
+            ):
+    "Loss and held-out eval per step across all segments, resumes and compressor baselines marked; returns the figure."
     import matplotlib.pyplot as plt
     paths = RunPaths(Path(run_dir))
     df = metrics_frame(paths.root)
@@ -108,8 +126,14 @@ def plot_run(run_dir, ax=None):
         if seg.get("kind") == "resume":
             ax.axvline(seg["start_step"] - 0.5, color="k", ls="--", lw=1)
             ax.text(seg["start_step"], ax.get_ylim()[1], f" resume {seg['segment']}", va="top", fontsize=8)
+    base = run_baselines(paths.root) if baselines else None
+    if base is not None:  # the axis is nats; a bits/byte axis on the right reads the lines directly
+        for name, ls in zip(COMPRESSORS, [":", "-.", "--"]):
+            ax.axhline(base[name] * math.log(2), color="grey", ls=ls, lw=1, label=f"{name}: {base[name]:.3f} bits/byte")
+        bits = ax.secondary_yaxis("right", functions=(lambda n: n / math.log(2), lambda b: b * math.log(2)))
+        bits.set_ylabel("bits/byte")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel("loss (nats/byte)")
     ax.set_title(f"{paths.root.name}: {len(df)} steps")
     ax.legend(fontsize=8)
     fig.tight_layout()

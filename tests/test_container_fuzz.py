@@ -5,7 +5,7 @@ random moment never leaves a torn file under a final name. Offsets come from dor
 v1/v2 have no checksum: a flipped bit inside their payloads (or in the step field, or v2's latch bit) can load silently,
 which is why v3 exists. Their bit-flip tests cover only what a check can catch: magic, length fields, unknown flag bits.
 """
-import dataclasses, os, pickle, signal, struct, subprocess, sys, textwrap, time, warnings, zipfile, zlib
+import os, pickle, signal, struct, subprocess, sys, textwrap, time, warnings, zipfile, zlib
 from pathlib import Path
 
 import pytest
@@ -29,11 +29,13 @@ def small_state(step=7, seed=1) -> RunState:
         for i, p in enumerate(lin.parameters()):
             p.copy_(torch.from_numpy(keyed_normal(seed, i, STREAM_TEST, p.numel())).view(p.shape))
     opt = torch.optim.AdamW(lin.parameters(), lr=1e-3, betas=(0.9, 0.95))
-    lin(torch.ones(3, 6)).sum().backward(); opt.step()
+    lin(torch.ones(3, 6)).sum().backward()
+    opt.step()
     model = {**lin.state_dict(), "emb": torch.arange(12, dtype=torch.float32).view(3, 4).to(torch.bfloat16),
              "mask": torch.tensor([True, False, True]), "count": torch.tensor(3, dtype=torch.int64)}
     mon = StressMonitor(min_fill=2, refuse=True)
-    for s, g in enumerate([1.0, 1.1, 0.9, 50.0, 1.2]): mon.observe(g, s)
+    for s, g in enumerate([1.0, 1.1, 0.9, 50.0, 1.2]):
+        mon.observe(g, s)
     return RunState(step=step, model=model, optim=opt.state_dict(), teacher={k: v.clone() for k, v in lin.state_dict().items()},
                     flags=FLAG_FP32_LATCH, stress=mon, table_step=step, env=numeric_env(2))
 
@@ -49,7 +51,8 @@ def files(tmp_path_factory):
 def refused(d: Path, data: bytes, name="bad.dmck") -> CheckpointError:
     p = d / name
     p.write_bytes(data)
-    with pytest.raises(CheckpointError) as ei: load_ckpt(p)
+    with pytest.raises(CheckpointError) as ei:
+        load_ckpt(p)
     e = ei.value
     assert e.path == str(p) and e.section and str(p) in str(e)
     return e
@@ -71,7 +74,8 @@ def boundaries(version: int, blob: bytes) -> list:
 
 
 def loads_ok(d: Path, data: bytes):
-    p = d / "ok.dmck"; p.write_bytes(data)
+    p = d / "ok.dmck"
+    p.write_bytes(data)
     return load_ckpt(p)
 
 
@@ -99,7 +103,8 @@ def test_v3_every_header_bit_and_keyed_random_bits(files):
     bits = list(range(8 * HEADER_LEN)) + keyed_randint(3, 1, STREAM_TEST, 8 * HEADER_LEN, 8 * len(blob) - 1, 400).tolist()
     seen = set()
     for b in bits:
-        bad = bytearray(blob); bad[b // 8] ^= 1 << (b % 8)
+        bad = bytearray(blob)
+        bad[b // 8] ^= 1 << (b % 8)
         seen.add(refused(d, bytes(bad)).section)
     assert {"header", "magic", "model", "optim", "teacher", "stress", "meta"} <= seen, seen
 
@@ -109,7 +114,9 @@ def test_v3_two_byte_bursts_in_every_section(files):
     for i in range(len(SECTIONS)):
         _, off, n, _, _ = ENTRY.unpack_from(blob, HEADER.size + i * ENTRY.size)
         for at in keyed_randint(3, 2 + i, STREAM_TEST, off, off + n - 2, 10).tolist():
-            bad = bytearray(blob); bad[at] ^= 0xFF; bad[at + 1] ^= 0x5A
+            bad = bytearray(blob)
+            bad[at] ^= 0xFF
+            bad[at + 1] ^= 0x5A
             assert refused(d, bytes(bad)).section == SECTIONS[i]
 
 
@@ -118,19 +125,23 @@ def test_v2_detectable_header_bits(files):
     blob, d = files[2], files["dir"]
     bits = list(range(0, 64)) + list(range(128, 320)) + list(range(8 * 40 + 1, 8 * 48))
     for b in bits:
-        bad = bytearray(blob); bad[b // 8] ^= 1 << (b % 8)
+        bad = bytearray(blob)
+        bad[b // 8] ^= 1 << (b % 8)
         refused(d, bytes(bad))
     # honesty check: the undetectable ones really load (as a different step / latch) — this is why v3 exists
-    bad = bytearray(blob); bad[8] ^= 1
+    bad = bytearray(blob)
+    bad[8] ^= 1
     assert loads_ok(d, bytes(bad)).step == files["state"].step ^ 1
-    bad = bytearray(blob); bad[40] ^= 1
+    bad = bytearray(blob)
+    bad[40] ^= 1
     assert loads_ok(d, bytes(bad)).flags == files["state"].flags ^ 1
 
 
 def test_v1_length_bits(files):
     blob, d = files[1], files["dir"]
     for b in range(64, 192):
-        bad = bytearray(blob); bad[b // 8] ^= 1 << (b % 8)
+        bad = bytearray(blob)
+        bad[b // 8] ^= 1 << (b % 8)
         refused(d, bytes(bad))
 
 
@@ -142,12 +153,14 @@ def test_trailing_bytes(files, version):
 
 def resign(blob: bytes, lengths: dict) -> bytes:
     "A v3 file whose header (with a valid checksum) declares other section lengths: crafted, not damaged."
-    head = bytearray(blob[:HEADER_LEN]); off = HEADER_LEN
+    head = bytearray(blob[:HEADER_LEN])
+    off = HEADER_LEN
     for j, name in enumerate(SECTIONS):
         at = HEADER.size + j * ENTRY.size
         tag, _, n, c, pr = ENTRY.unpack_from(head, at)
         n = lengths.get(name, n)
-        ENTRY.pack_into(head, at, tag, off, n, c, pr); off += n
+        ENTRY.pack_into(head, at, tag, off, n, c, pr)
+        off += n
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
     return bytes(head) + blob[HEADER_LEN:]
 
@@ -162,7 +175,8 @@ def test_v3_crafted_inconsistent_tables(files):
     blob, d = files[3], files["dir"]
     e = refused(d, resign(blob, {"model": 10, "optim": 10}) )  # lengths shrink: the rest is trailing / unparsable
     assert e.section in ("trailer", "model")
-    head = bytearray(blob[:HEADER_LEN]); struct.pack_into("<Q", head, HEADER.size + 8, 999)  # an offset that is not contiguous
+    head = bytearray(blob[:HEADER_LEN])
+    struct.pack_into("<Q", head, HEADER.size + 8, 999)  # an offset that is not contiguous
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
     assert refused(d, bytes(head) + blob[HEADER_LEN:]).section == "header"
 
@@ -205,8 +219,10 @@ def test_pickle_files_are_refused_and_never_run(files, tmp_path):
         refused(d, pickle.dumps({"model": Bomb(marker)}, protocol=proto), "evil.dmck")
     # a torch-style zip archive with a pickle inside
     z = tmp_path / "zip.dmck"
-    with zipfile.ZipFile(z, "w") as zf: zf.writestr("archive/data.pkl", pickle.dumps(Bomb(marker)))
-    e = refused(d, z.read_bytes(), "evil.dmck"); assert "zip" in str(e)
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps(Bomb(marker)))
+    e = refused(d, z.read_bytes(), "evil.dmck")
+    assert "zip" in str(e)
     # the right magic and a valid header checksum, but a pickle where the model section should be
     payload = pickle.dumps(Bomb(marker))
     blob = files[3]
@@ -224,10 +240,12 @@ def test_pickle_files_are_refused_and_never_run(files, tmp_path):
 def test_describe_never_raises_on_bad_files(files):
     d = files["dir"]
     for k in [0, 5, 100, 300, len(files[3]) - 1]:
-        p = d / "desc.dmck"; p.write_bytes(files[3][:k])
+        p = d / "desc.dmck"
+        p.write_bytes(files[3][:k])
         out = describe(p)
         assert "REFUSED" in out
-    with pytest.raises(CheckpointError): describe(d / "does-not-exist.dmck")
+    with pytest.raises(CheckpointError):
+        describe(d / "does-not-exist.dmck")
 
 
 def pair_dir(tmp_path, step=100, keep=3):
@@ -246,20 +264,28 @@ def test_sidecar_damage_and_mismatch(tmp_path):
     sp = tmp_path / "step_000100.ngram"
     good = sp.read_bytes()
     for b in keyed_randint(5, 0, STREAM_TEST, 0, 8 * len(good) - 1, 60).tolist():
-        bad = bytearray(good); bad[b // 8] ^= 1 << (b % 8); sp.write_bytes(bytes(bad))
-        with pytest.raises(CheckpointError): load_run_ckpt(tmp_path / "step_000100.dmck")
+        bad = bytearray(good)
+        bad[b // 8] ^= 1 << (b % 8)
+        sp.write_bytes(bytes(bad))
+        with pytest.raises(CheckpointError):
+            load_run_ckpt(tmp_path / "step_000100.dmck")
     for k in (0, 10, len(good) // 2, len(good) - 1):
         sp.write_bytes(good[:k])
-        with pytest.raises(CheckpointError) as ei: load_run_ckpt(tmp_path / "step_000100.dmck")
+        with pytest.raises(CheckpointError) as ei:
+            load_run_ckpt(tmp_path / "step_000100.dmck")
         assert ei.value.section == "sidecar"
     # another step's sidecar: both steps named
     save_sidecar(sp, tables, 90)
-    with pytest.raises(CheckpointError, match="train_step 90 .* at step 100"): load_run_ckpt(tmp_path / "step_000100.dmck")
+    with pytest.raises(CheckpointError, match="train_step 90 .* at step 100"):
+        load_run_ckpt(tmp_path / "step_000100.dmck")
     # another run's sidecar at the same step: refused by identity
-    other = NgramTables([2, 3], 32, 4); other.table_step = 100
+    other = NgramTables([2, 3], 32, 4)
+    other.table_step = 100
     save_sidecar(sp, other, 100)
-    with pytest.raises(CheckpointError, match="another run"): load_run_ckpt(tmp_path / "step_000100.dmck")
-    with pytest.raises(CheckpointError, match="another run"): find_latest(tmp_path, log=lambda m: None)
+    with pytest.raises(CheckpointError, match="another run"):
+        load_run_ckpt(tmp_path / "step_000100.dmck")
+    with pytest.raises(CheckpointError, match="another run"):
+        find_latest(tmp_path, log=lambda m: None)
     sp.write_bytes(good)
     assert load_run_ckpt(tmp_path / "step_000100.dmck")[0].step == 100
 
@@ -267,28 +293,33 @@ def test_sidecar_damage_and_mismatch(tmp_path):
 def test_renamed_container_is_refused(tmp_path):
     pair_dir(tmp_path)
     os.rename(tmp_path / "step_000100.dmck", tmp_path / "step_000200.dmck")
-    with pytest.raises(CheckpointError, match="file name says step 200"): load_run_ckpt(tmp_path / "step_000200.dmck")
+    with pytest.raises(CheckpointError, match="file name says step 200"):
+        load_run_ckpt(tmp_path / "step_000200.dmck")
 
 
 def test_find_latest_skips_torn_and_refuses_when_nothing_loads(tmp_path):
     assert find_latest(tmp_path / "none") is None
-    pair_dir(tmp_path, 100); pair_dir(tmp_path, 200)
+    pair_dir(tmp_path, 100)
+    pair_dir(tmp_path, 200)
     blob = (tmp_path / "step_000200.dmck").read_bytes()
     (tmp_path / "step_000200.dmck").write_bytes(blob[:-3])
     log = []
     ck, tables, p = find_latest(tmp_path, log=log.append)
     assert ck.step == 100 and p.name == "step_000100.dmck" and "skipping step_000200.dmck" in log[0]
     (tmp_path / "step_000100.dmck").write_bytes(b"junk")
-    with pytest.raises(CheckpointError, match="none loadable"): find_latest(tmp_path, log=lambda m: None)
+    with pytest.raises(CheckpointError, match="none loadable"):
+        find_latest(tmp_path, log=lambda m: None)
 
 
 def rotation_run(d: Path, keep: int, junk: list, steps: list) -> list:
     "Junk files first, then paired saves at `steps` with `keep`; returns the warnings rotation gave."
     d.mkdir(parents=True, exist_ok=True)
-    for name in junk: (d / name).write_bytes(b"junk, not a container")
+    for name in junk:
+        (d / name).write_bytes(b"junk, not a container")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for step in steps: pair_dir(d, step, keep)
+        for step in steps:
+            pair_dir(d, step, keep)
     return [str(w.message) for w in caught]
 
 
@@ -307,10 +338,12 @@ def test_rotation_counts_loadable_checkpoints_not_names(tmp_path):
     warned = rotation_run(tmp_path, 3, ["step_000997.dmck", "step_000998.dmck", "step_000999.dmck", "notes.txt"],
                           [10, 20, 30])
     assert [s for s, _ in list_ckpts(tmp_path)] == [10, 20, 30, 997, 998, 999]
-    for step in (10, 20, 30): assert load_run_ckpt(tmp_path / f"step_{step:06d}.dmck")[0].step == step
+    for step in (10, 20, 30):
+        assert load_run_ckpt(tmp_path / f"step_{step:06d}.dmck")[0].step == step
     assert warned and all("notes.txt" in w and "step_000997.dmck" in w for w in warned)
     assert (tmp_path / "notes.txt").exists()
-    with pytest.warns(UserWarning, match="notes.txt"): pair_dir(tmp_path, 40, 3)  # rotation still rotates the real ones
+    with pytest.warns(UserWarning, match="notes.txt"):
+        pair_dir(tmp_path, 40, 3)  # rotation still rotates the real ones
     assert [s for s, _ in list_ckpts(tmp_path)] == [20, 30, 40, 997, 998, 999]
     assert not (tmp_path / "step_000010.ngram").exists()
 
@@ -332,10 +365,13 @@ def test_describe_verifies_the_sidecar_payload(tmp_path):
     good = sp.read_bytes()
     hd = read_sidecar_header(sp)
     for pos in (hd.header_bytes, hd.header_bytes + hd.section_bytes - 1, hd.file_bytes - 33 - 7):  # weight, momentum
-        bad = bytearray(good); bad[pos] ^= 0x01; sp.write_bytes(bytes(bad))
+        bad = bytearray(good)
+        bad[pos] ^= 0x01
+        sp.write_bytes(bytes(bad))
         out = describe(cp)
         assert "matches" not in out and "checksum mismatch" in out and "verdict: REFUSED" in out, out
-        with pytest.raises(CheckpointError, match="checksum mismatch"): load_run_ckpt(cp)
+        with pytest.raises(CheckpointError, match="checksum mismatch"):
+            load_run_ckpt(cp)
     save_sidecar(sp, NgramTables([2, 3], 32, 4), 100)  # intact, but another run's tables
     assert "DOES NOT MATCH" in describe(cp) and "verdict: REFUSED" in describe(cp)
     sp.write_bytes(good)
@@ -368,9 +404,12 @@ def test_kill_during_saves_never_leaves_a_torn_file(tmp_path):
         first = proc.stdout.readline()  # at least one complete save in this round
         assert first, "writer died"
         time.sleep(0.05 + 0.5 * delay)
-        proc.send_signal(signal.SIGKILL); proc.wait(); proc.stdout.close()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
         for f in ckpt.iterdir():
-            if f.suffix == ".dmck": assert load_ckpt(f).step > 0
+            if f.suffix == ".dmck":
+                assert load_ckpt(f).step > 0
             strays += f.name.endswith(".tmp." + str(proc.pid))
         ck, tables, p = find_latest(ckpt, log=lambda m: None)
         assert ck.step >= 1 and tables is None

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, losses
+from dormouse.testing import assert_same_run
 
 CONFIG = """
 steps = 24
@@ -35,7 +35,8 @@ def torchrun(cfg_file, run_dir, *extra, nproc=2, wait=True):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir), "--quiet", *map(str, extra)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if not wait: return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -72,6 +73,19 @@ def test_two_rank_resume_is_bitwise(cfg_file, uninterrupted, tmp_path):
     assert_same_run(uninterrupted, run)
 
 
+def test_two_rank_resume_is_bitwise_stream_order(cfg_file, tmp_path):
+    "The same guarantee in the ADR's contiguous order (the runs above use the default, shuffled)."
+    stream = tmp_path / "stream.toml"
+    stream.write_text(cfg_file.read_text().replace("stress = true\n", "stress = true\ndata_order = \"stream\"\n"))
+    assert 'data_order = "stream"' in stream.read_text()
+    for run, first in [(tmp_path / "whole", []), (tmp_path / "resumed", ["--steps", 12])]:
+        r = torchrun(stream, run, *first)
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = torchrun(stream, tmp_path / "resumed", "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_same_run(tmp_path / "whole", tmp_path / "resumed")
+
+
 def test_resume_under_another_world_size_is_refused(cfg_file, uninterrupted, tmp_path):
     import shutil
     run = tmp_path / "one"
@@ -91,7 +105,8 @@ def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path)
     run = tmp_path / "killed"
     proc = torchrun(long_cfg, run, wait=False)
     t0 = time.time()
-    while len(read_jsonl(RunPaths(run).metrics)) < 6 and proc.poll() is None and time.time() - t0 < 300: time.sleep(0.02)
+    while len(read_jsonl(RunPaths(run).metrics)) < 6 and proc.poll() is None and time.time() - t0 < 300:
+        time.sleep(0.02)
     assert proc.poll() is None, "the run finished before a rank could be killed"
     workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     ranks = [int(p) for p in workers if "dormouse.cli" in Path(f"/proc/{p}/cmdline").read_text()]

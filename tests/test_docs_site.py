@@ -34,7 +34,8 @@ def shown_images(nb_path: Path) -> int:
     nb = json.loads(nb_path.read_text())
     n = 0
     for c in nb["cells"]:
-        if c["cell_type"] != "code": continue
+        if c["cell_type"] != "code":
+            continue
         dirs, _ = bd.split_directives("".join(c["source"]))
         if "hide" in dirs or "exporti" in dirs or dirs.get("include", "").lower() == "false" or dirs.get("output", "").lower() == "false":
             continue
@@ -52,9 +53,12 @@ def site(tmp_path_factory):
     srv = _QuietServer(("127.0.0.1", 0), handler)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
-    try: yield out, f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        yield out, f"http://127.0.0.1:{srv.server_address[1]}"
     finally:
-        srv.shutdown(); srv.server_close(); th.join(timeout=10)
+        srv.shutdown()
+        srv.server_close()
+        th.join(timeout=10)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -64,23 +68,27 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 class _QuietServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     def handle_error(self, request, client_address):  # a browser dropping a connection is not a site error
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)): super().handle_error(request, client_address)
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    try: from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
     except ImportError as e:
         pytest.fail(f"playwright is not importable ({e}): pip install playwright (the browser itself comes from apt, see below)")
     pw = sync_playwright().start()
     try:
-        try: b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
         except Exception as e:
             pytest.fail(f"cannot launch headless Chromium at {CHROMIUM}: {str(e).splitlines()[0]}\n"
                         "Install it with: apt-get update && apt-get install -y chromium chromium-driver")
         yield b
         b.close()
-    finally: pw.stop()
+    finally:
+        pw.stop()
 
 
 def test_every_notebook_has_a_page(site):
@@ -115,9 +123,11 @@ def test_pages_in_browser(site, browser):
     problems, external, checked_links = [], [], set()
 
     def route(r):
-        if urlsplit(r.request.url).netloc == host or r.request.url.startswith("data:"): r.continue_()
+        if urlsplit(r.request.url).netloc == host or r.request.url.startswith("data:"):
+            r.continue_()
         else:
-            external.append(r.request.url); r.abort()
+            external.append(r.request.url)
+            r.abort()
     ctx.route("**/*", route)
     try:
         for name in pages:
@@ -135,27 +145,36 @@ def test_pages_in_browser(site, browser):
             hrefs = page.eval_on_selector_all("nav a[href]", "els => els.map(e => e.href)")
             linked = {urlsplit(urldefrag(h)[0]).path.lstrip("/") for h in hrefs}
             missing = set(pages) - linked
-            if missing: problems.append(f"{name}: the navigation does not link {sorted(missing)}")
+            if missing:
+                problems.append(f"{name}: the navigation does not link {sorted(missing)}")
             for h in hrefs:
                 url, frag = urldefrag(h)
-                if urlsplit(url).netloc != host: problems.append(f"{name}: navigation leaves the site: {h}"); continue
+                if urlsplit(url).netloc != host:
+                    problems.append(f"{name}: navigation leaves the site: {h}")
+                    continue
                 if url not in checked_links:
                     try:
-                        with urllib.request.urlopen(url, timeout=30) as r: st = r.status
-                    except urllib.error.HTTPError as e: st = e.code
-                    if st != 200: problems.append(f"{name}: navigation link {url} -> HTTP {st}")
+                        with urllib.request.urlopen(url, timeout=30) as r:
+                            st = r.status
+                    except urllib.error.HTTPError as e:
+                        st = e.code
+                    if st != 200:
+                        problems.append(f"{name}: navigation link {url} -> HTTP {st}")
                     checked_links.add(url)
                 if frag and url.endswith("/" + name) and not page.evaluate("id => !!document.getElementById(id)", frag):
                     problems.append(f"{name}: anchor #{frag} has no target")
             # images: every one loaded, and as many as the notebook saved
             imgs = page.evaluate("() => Array.from(document.images).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])")
             broken = [s for s, ok in imgs if not ok]
-            if broken: problems.append(f"{name}: {len(broken)} image(s) did not load: {broken[:3]}")
+            if broken:
+                problems.append(f"{name}: {len(broken)} image(s) did not load: {broken[:3]}")
             want = shown_images(nb_of[name])
-            if len(imgs) < want: problems.append(f"{name}: the notebook saved {want} image(s), the page shows {len(imgs)}")
+            if len(imgs) < want:
+                problems.append(f"{name}: the notebook saved {want} image(s), the page shows {len(imgs)}")
             if name == img_page and CONTINUITY_NB.exists() and not imgs:
                 problems.append(f"{name}: no images — the continuity figure must be saved in {CONTINUITY_NB.name} (execute it, keep outputs)")
             page.close()
-    finally: ctx.close()
+    finally:
+        ctx.close()
     assert not external, f"pages tried to load external resources (the site must work offline): {sorted(set(external))[:5]}"
     assert not problems, "\n".join(problems)

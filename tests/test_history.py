@@ -34,7 +34,8 @@ def test_resume_with_history_but_no_checkpoint_is_refused_naming_it(base, tmp_pa
     cfg, root = base
     run = copy(root / "ref", tmp_path / "run")
     for p in RunPaths(run).ckpt_dir.iterdir():
-        if leave == "nothing" or p.suffix == ".dmck": p.unlink()
+        if leave == "nothing" or p.suffix == ".dmck":
+            p.unlink()
     before = files(run)
     with pytest.raises(RunDirError) as e:
         fit(cfg, run, resume=True, progress=False)

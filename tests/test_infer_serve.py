@@ -3,7 +3,7 @@ too deeply (400), no traceback on stderr, and host/port errors raised before any
 
 The server runs in a thread of the test process; every socket is bound to 127.0.0.1 and every wait is bounded.
 """
-import base64, contextlib, io, json, select, socket, subprocess, sys, threading, time
+import base64, contextlib, json, select, socket, subprocess, sys, threading, time
 from pathlib import Path
 
 import pytest

@@ -1,9 +1,7 @@
 """kill -9: a `dormouse train` subprocess SIGKILLed at >= 20 seeded random moments, resumed each time, finishes
 bitwise identical to a run that was never killed, and never loads a torn checkpoint."""
 import os, signal, subprocess, sys, time
-from pathlib import Path
 
-import numpy as np
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
@@ -66,7 +64,8 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             start_rows = n_rows(run)
             t0 = time.time()
             # wait until this segment has trained at least one new step, then a seeded random extra delay
-            while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120: time.sleep(0.01)
+            while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120:
+                time.sleep(0.01)
             time.sleep(float(delays[attempt]) * 0.6)
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
@@ -74,19 +73,23 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
                 killed = True
                 kills += 1
                 # an atomic save writes `.step_N.dmck.tmp.<pid>` / `.step_N.ngram.tmp.<pid>`: one left by this pid = killed mid-save
-                if list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}")): in_save += 1
+                if list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}")):
+                    in_save += 1
         out, _ = proc.communicate(timeout=600)
         if not killed:
             assert proc.returncode == 0, out
         for line in out.splitlines():
-            if line.startswith("resumed "): resumed_from.append(line.rsplit(" ", 1)[-1])
+            if line.startswith("resumed "):
+                resumed_from.append(line.rsplit(" ", 1)[-1])
         attempt += 1
-        if not killed: break
+        if not killed:
+            break
         assert attempt < 200
     with capsys.disabled():  # the report shows in CI's log, not only on failure
         print(f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint save, {len(resumed_from)} resumes")
     assert kills >= KILLS, f"the run finished after only {kills} kills"
     # every resume named a checkpoint that exists as a complete container or was rotated away later; none was torn
     assert all(name.endswith(".dmck") for name in resumed_from)
-    for p in RunPaths(run).checkpoints(): load_ckpt(p)  # what is left loads cleanly
+    for p in RunPaths(run).checkpoints():
+        load_ckpt(p)  # what is left loads cleanly
     assert_same_run(ref, run)

@@ -35,7 +35,9 @@ def check(path):
 def test_sidecar_survives_kill9(tmp_path):
     path = tmp_path / "step_000100.ngram"
     t = NgramTables(ORDERS, SLOTS, DIM)
-    t.weight.fill_(100.0); t.momentum.fill_(-100.0); t.table_step = 100
+    t.weight.fill_(100.0)
+    t.momentum.fill_(-100.0)
+    t.table_step = 100
     save_sidecar(path, t, train_step=100)
     assert check(path) == 100
     delays = keyed_uniform(seed=2026, step=1, stream=99, n=KILLS)
@@ -56,6 +58,7 @@ def test_sidecar_survives_kill9(tmp_path):
         others = [q.name for q in tmp_path.iterdir() if q != path]
         assert all(n.startswith(".step_000100.ngram.tmp.") for n in others), others
         torn += bool(others)
-        for n in others: (tmp_path / n).unlink()  # a torn temp file is garbage the run directory's rotation removes
+        for n in others:
+            (tmp_path / n).unlink()  # a torn temp file is garbage the run directory's rotation removes
     assert last != 100, "no save completed before any kill: the test did not exercise replacement"
     assert torn >= KILLS // 2, f"only {torn} of {KILLS} kills landed inside a write: the test did not exercise torn writes"

@@ -16,16 +16,21 @@ def test_every_progress_key_has_a_flip():
     assert set(FLIPS) == set(PROGRESS_KEYS), "a progress key was added without a harmlessness test"
 
 
+@pytest.fixture(scope="module", params=["shuffled", "stream"])
+def order(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory):
+def base_run(tmp_path_factory, order):
     d = tmp_path_factory.mktemp("progress") / "base"
-    fit(tiny_cfg(aux=True, rand_depth=True, **BASE), d, progress=False)
+    fit(tiny_cfg(aux=True, rand_depth=True, data_order=order, **BASE), d, progress=False)
     return d
 
 
 @pytest.mark.parametrize("key", sorted(FLIPS))
-def test_progress_key_is_harmless(key, base_run, tmp_path):
-    cfg = tiny_cfg(aux=True, rand_depth=True, **{**BASE, key: FLIPS[key]})
+def test_progress_key_is_harmless(key, order, base_run, tmp_path):
+    cfg = tiny_cfg(aux=True, rand_depth=True, data_order=order, **{**BASE, key: FLIPS[key]})
     fit(cfg, tmp_path / "flipped", progress=False)
     if key == "steps":  # the longer run's first 20 steps are the base run
         assert losses(tmp_path / "flipped")[:20] == losses(base_run)
@@ -35,6 +40,7 @@ def test_progress_key_is_harmless(key, base_run, tmp_path):
         assert_same_run(base_run, tmp_path / "flipped")
 
 
-def test_a_strict_key_is_not_harmless(base_run, tmp_path):
-    fit(tiny_cfg(aux=True, rand_depth=True, **{**BASE, "eval_batches": 3, "jepa_weight": 0.2}), tmp_path / "strict", progress=False)
+def test_a_strict_key_is_not_harmless(order, base_run, tmp_path):
+    fit(tiny_cfg(aux=True, rand_depth=True, data_order=order, **{**BASE, "eval_batches": 3, "jepa_weight": 0.2}),
+        tmp_path / "strict", progress=False)
     assert losses(tmp_path / "strict") != losses(base_run)

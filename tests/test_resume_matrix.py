@@ -21,21 +21,24 @@ COMBOS = {
     "fp8-stress-rand-nongram": dict(quant="fp8", quant_check=True, stress=True, rand_depth=True, ngram=False),
     "everything":          dict(aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True,
                                 stress_refuse=True, stress_k=1.5),
-}
+    "stream-fp8-check":    dict(data_order="stream", quant="fp8", quant_check=True),  # the ADR's contiguous order
+}  # every combination above runs in the default data_order, "shuffled"
 
 
 def cfg_for(name, **kw):
     opts = dict(COMBOS[name])
     ngram = opts.pop("ngram", True)
     cfg = tiny_cfg(steps=STEPS, ckpt_every=4, eval_every=8, log_every=4, keep_ckpts=100, **opts, **kw)
-    if not ngram: cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, ngram_orders=[]))
+    if not ngram:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, ngram_orders=[]))
     return cfg
 
 
 def truncate_to(run_dir, step):
     "Simulate a crash after `step`'s checkpoint: later checkpoints vanish, metrics rows beyond remain (as a kill leaves them)."
     for p in RunPaths(Path(run_dir)).ckpt_dir.iterdir():
-        if int(p.stem.split("_")[1]) > step: p.unlink()
+        if int(p.stem.split("_")[1]) > step:
+            p.unlink()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """Resume edge cases: legacy containers say what they lost, numeric-environment drift is refused (or recorded when
 allowed), a torn newest checkpoint is skipped loudly, and Ctrl-C stops at a step boundary with a checkpoint."""
-import dataclasses, json, os, signal, subprocess, sys, time
-from pathlib import Path
+import signal, subprocess, sys, time
 
 import pytest
 
@@ -10,7 +9,7 @@ from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.train import fit
 from dormouse.testing import tiny_cfg
-from dormouse.testing import assert_same_run, losses
+from dormouse.testing import assert_same_run
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +25,8 @@ def _copy_at(src, dst, step):
     import shutil
     shutil.copytree(src, dst)
     for p in RunPaths(dst).ckpt_dir.iterdir():
-        if int(p.stem.split("_")[1]) > step: p.unlink()
+        if int(p.stem.split("_")[1]) > step:
+            p.unlink()
     return dst
 
 
@@ -78,7 +78,8 @@ def test_torn_newest_checkpoint_is_skipped_loudly(base, tmp_path, capsys):
 def test_every_checkpoint_torn_is_an_error_not_a_fresh_start(base, tmp_path):
     cfg, root = base
     run = _copy_at(root / "ref", tmp_path / "alltorn", 20)
-    for p in RunPaths(run).checkpoints(): p.write_bytes(p.read_bytes()[:100])
+    for p in RunPaths(run).checkpoints():
+        p.write_bytes(p.read_bytes()[:100])
     with pytest.raises(CheckpointError):
         fit(cfg, run, resume=True, progress=False)
 
@@ -91,7 +92,8 @@ def test_ctrl_c_checkpoints_at_a_step_boundary_and_resumes_bitwise(tmp_path):
     run = tmp_path / "int"
     proc = subprocess.Popen(cmd + ["--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
-    while len(read_jsonl(RunPaths(run).metrics)) < 15 and proc.poll() is None and time.time() - t0 < 120: time.sleep(0.01)
+    while len(read_jsonl(RunPaths(run).metrics)) < 15 and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.01)
     assert proc.poll() is None, "finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)

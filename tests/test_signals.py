@@ -54,7 +54,8 @@ def test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise(cfg_fil
 
     def term_after_10_rows():
         t0 = time.time()
-        while rows(run) < 10 and time.time() - t0 < 120: time.sleep(0.01)
+        while rows(run) < 10 and time.time() - t0 < 120:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(target=term_after_10_rows, daemon=True).start()
     df = fit(cfg, run, progress=False)
@@ -73,7 +74,8 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
     cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--quiet", "--run-dir", str(run)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
-    while rows(run) < 10 and proc.poll() is None and time.time() - t0 < 120: time.sleep(0.01)
+    while rows(run) < 10 and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.01)
     assert proc.poll() is None, "finished before it could be stopped"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
@@ -99,7 +101,8 @@ def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_f
     proc = torchrun(small, run, wait=False)
     try:
         t0 = time.time()
-        while rows(run) < 10 and proc.poll() is None and time.time() - t0 < 300: time.sleep(0.02)
+        while rows(run) < 10 and proc.poll() is None and time.time() - t0 < 300:
+            time.sleep(0.02)
         assert proc.poll() is None, "the run finished before it could be stopped"
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         ranks = [int(p) for p in workers if "dormouse.cli" in open(f"/proc/{p}/cmdline").read()]
