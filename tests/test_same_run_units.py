@@ -87,7 +87,7 @@ def test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch():
             x, y, keep = global_batch(corpus, 3, cfg, "cpu", rank, world)
             xs.append(x[keep])
             ys.append(y[keep])
-        x, y = corpus.batch_at(3, cfg.batch, cfg.seq_len)
+        x, y = corpus.batch_at(3, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
         assert torch.equal(torch.cat(xs), x) and torch.equal(torch.cat(ys), y), f"world {world}"
 
 
