@@ -11,6 +11,7 @@ survivor means a missing test, not a weak mutant.
 Usage:
   python tools/mutants.py                 run every mutant (2 at a time), print one line each and `N killed, M survived`
   python tools/mutants.py --list          the table of mutants and their kill sets, running nothing
+  python tools/mutants.py --anchors       check that every edit still applies exactly once (seconds; after a merge)
   python tools/mutants.py --only NAME ..  run some mutants
   python tools/mutants.py --record        also write tools/mutants_score.json (the score README and the notebook show)
 First the union of the kill sets runs on the unmutated library: a test that already fails would "kill" anything.
@@ -246,11 +247,11 @@ def apply(m: Mutant, root: Path) -> None:
             raise LookupError(f"{m.name}: anchor is not exactly once in {nb.relative_to(root)}: {old[:70]!r}")
 
 
-def scratch_copy() -> Path:
-    "A copy of the repository's sources in a temporary directory."
+def scratch_copy(names=COPY) -> Path:
+    "A copy of the repository's sources (`names` under the root) in a temporary directory."
     root = Path(tempfile.mkdtemp(prefix="dormouse-mutant-"))
     ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints", "*.pyc")
-    for name in COPY:
+    for name in names:
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, root / name, ignore=ignore)
@@ -296,11 +297,26 @@ def run_mutant(m: Mutant) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def check_anchors(todo: list) -> list[str]:
+    "Apply each mutant to a copy of dormouse/ and nbs/ only, running nothing; the anchors that are not exactly once."
+    problems = []
+    for m in todo:
+        root = scratch_copy(("dormouse", "nbs"))
+        try:
+            apply(m, root)
+        except LookupError as e:
+            problems.append(str(e))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print the mutants and their kill sets, run nothing")
     ap.add_argument("--only", nargs="*", default=None, help="run only these mutants")
     ap.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    ap.add_argument("--anchors", action="store_true", help="check every edit applies exactly once, run nothing")
     ap.add_argument("--no-baseline", action="store_true", help="skip running the kill sets on the unmutated library")
     ap.add_argument("--record", action="store_true", help=f"write the score to {SCORE_FILE.relative_to(ROOT)}")
     a = ap.parse_args(argv)
@@ -317,6 +333,10 @@ def main(argv=None) -> int:
             print(f"{m.name:<34} {m.why}\n{'':<34} killed by: {', '.join(m.kill)}")
         print(f"{len(todo)} mutants")
         return 0
+    if a.anchors:
+        problems = check_anchors(todo)
+        print("\n".join(problems + [f"{len(todo) - len(problems)} of {len(todo)} mutants apply cleanly"]))
+        return 2 if problems else 0
     print(f"{len(todo)} mutants, {a.jobs} at a time, each in a scratch copy of {ROOT.name}/", flush=True)
     t0 = time.time()
     runs = list(todo)
