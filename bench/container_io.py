@@ -10,12 +10,22 @@ What each baseline does:
 - torch.load(weights_only=True): page cache warm for both, like our load.
 - raw write: one preallocated buffer written in 4 MiB slices to a fresh file, then fsync (dd bs=4M conv=fsync).
 - memory: peak RSS during the save minus RSS before it (VmHWM reset via /proc/self/clear_refs), in a fresh process.
+- checksums: zlib.crc32, crc32c (hardware where available) and xxhash's xxh3_64 over the whole v3 file, in memory —
+  the measurement behind the section checksum v3 writes (xxh3_64, checksum id 1; see dormouse.stcodec).
+
+Issue 15 targets: load <= 0.7x torch.load(weights_only=True), save <= 1.05x raw write+fsync of the same bytes.
+The machine's load average is printed with the result: on a shared machine the ratios move with the neighbours.
 """
 from __future__ import annotations
 import argparse, json, os, statistics, subprocess, sys, tempfile, time, zlib
 from pathlib import Path
 
 import torch
+import xxhash
+try:
+    import crc32c
+except ImportError:  # optional: only measured
+    crc32c = None
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -128,25 +138,32 @@ def main():
     del buf
     whole = ours.read_bytes()
     t = timed({"load": lambda: load_ckpt(ours), "tload": lambda: torch.load(tp, weights_only=True),
-               "crc": lambda: zlib.crc32(whole)}, 2 * a.reps)
-    t_load, t_tload, t_crc = t["load"], t["tload"], t["crc"]
+               "crc": lambda: zlib.crc32(whole), "xxh3": lambda: xxhash.xxh3_64_intdigest(whole),
+               **({"crc32c": lambda: crc32c.crc32c(whole)} if crc32c else {})}, 2 * a.reps)
+    t_load, t_tload, t_crc, t_xxh = t["load"], t["tload"], t["crc"], t["xxh3"]
+    t_c32c = t.get("crc32c")
     del whole
     mem = measure_memory(a.mb, d, "dormouse")
     mem_t = measure_memory(a.mb, d, "torch")
 
-    print(f"container I/O benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, dir {d}")
+    try: load = "load average %.1f %.1f %.1f on %d CPUs" % (*os.getloadavg(), os.cpu_count())
+    except OSError: load = "load average unknown"
+    print(f"container I/O benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, dir {d}; {load}")
     print(f"state: {nbytes / 1e6:.1f} MB tensors (model {sum(t.numel() for t in s.model.values()) * 4 / 1e6:.1f} MB + AdamW), "
           f"v3 file {size / 1e6:.1f} MB, torch.save file {tp.stat().st_size / 1e6:.1f} MB; median of {a.reps}")
     print(f"  dormouse save {t_save * 1e3:8.1f} ms   torch.save {t_tsave * 1e3:8.1f} ms   torch.save+fsync {t_tsave_sync * 1e3:8.1f} ms")
     print(f"  dormouse load {t_load * 1e3:8.1f} ms   torch.load(weights_only) {t_tload * 1e3:8.1f} ms   "
-          f"(of which crc32 over every byte ~{t_crc * 1e3:.1f} ms; torch.load verifies no checksum: a flipped bit loads)")
+          f"(torch.load verifies no checksum: a flipped bit loads)")
+    gbs = lambda dt: f"{size / dt / 1e9:5.1f} GB/s ({dt * 1e3:5.1f} ms)"
+    print(f"  checksum over the whole file: zlib.crc32 {gbs(t_crc)}   xxh3_64 {gbs(t_xxh)}   "
+          + (f"crc32c {gbs(t_c32c)}" if t_c32c else "crc32c not installed"))
     print(f"  raw write+fsync {t_raw * 1e3:8.1f} ms  ({size / t_raw / 1e6:.0f} MB/s); dormouse save {size / t_save / 1e6:.0f} MB/s")
     print(f"  peak extra RSS during save: dormouse {mem['extra_bytes'] / 1e6:.1f} MB, torch.save+fsync {mem_t['extra_bytes'] / 1e6:.1f} MB")
     rows = [  # (what, measured ratio, target, pass when <= target (True) or >= target (False))
         ("save time / torch.save time (torch.save does not fsync)", t_save / t_tsave, 1.0, True),
         ("save time / (torch.save + fsync) time (same durability)", t_save / t_tsave_sync, 1.0, True),
-        ("load time / torch.load(weights_only=True) time", t_load / t_tload, 1.0, True),
-        ("save throughput / raw sequential write+fsync throughput", t_raw / t_save, 0.5, False),
+        ("load time / torch.load(weights_only=True) time", t_load / t_tload, 0.7, True),
+        ("save time / raw write+fsync time of the same bytes", t_save / t_raw, 1.05, True),
         ("peak extra memory during save / state size", mem["extra_bytes"] / mem["state_bytes"], 1.0, True),
     ]
     fails = 0

@@ -4,13 +4,20 @@
 
 # %% ../nbs/08b_checkpoints.ipynb #2c7e5cc5
 from __future__ import annotations
-import hashlib, re, warnings
+import hashlib, os, re, warnings
 from pathlib import Path
-from .container import Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3, section_checks
+import tomli_w
+from .config import (ENV_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_dict, check_drift, diff_keys,
+                             parse_toml, snapshot_toml)
+from .data import CorpusError
+from .container import (Checkpoint, CheckpointError, RunState, legacy_note, load_ckpt, read_header, save_v3,
+                                section_checks)
 from .ngram import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
 
 # %% auto #0
-__all__ = ['ckpt_name', 'list_ckpts', 'sidecar_id', 'save_run_ckpt', 'load_run_ckpt', 'find_latest', 'describe']
+__all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'plan_sha256', 'new_run_id', 'make_pin', 'pinned_plan',
+           'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt', 'load_run_ckpt', 'find_latest',
+           'check_pin', 'describe']
 
 # %% ../nbs/08b_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -45,6 +52,73 @@ def sidecar_id(path) -> dict:
             h.update(f.read(32))
     return {"file": path.name, "train_step": hd.train_step, "table_step": hd.table_step, "id": h.hexdigest()[:32]}
 
+# %% ../nbs/08b_checkpoints.ipynb #09678f9a
+def plan_sha256(plan) -> str:
+    "sha256 of the canonical snapshot TOML of a plan (a TrainCfg or nested dict), progress and env keys removed."
+    d = cfg_to_dict(plan if isinstance(plan, TrainCfg) else cfg_from_dict(plan))
+    kept = {k: v for k, v in d.items() if k not in PROGRESS_KEYS | ENV_KEYS}
+    return hashlib.sha256(tomli_w.dumps(kept).encode()).hexdigest()
+
+def new_run_id(cfg: TrainCfg,  # the plan of the fresh start, corpus hash filled in
+               started: str,  # the start time, ISO with microseconds
+              ) -> str:
+    "The identity of a run, fixed at its fresh start: its first snapshot, corpus hash and start time (+ process)."
+    key = f"{snapshot_toml(cfg)}\n{cfg.data_sha256}\n{started}\n{os.getpid()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+def make_pin(cfg: TrainCfg,  # the plan this segment trains
+             run_id: str,  # from `new_run_id` at the fresh start, then carried
+             started: str,  # when the run started (fresh start)
+             corpus: dict | None = None,  # `corpus_stamp` of the corpus at the segment's start (None: embedded corpus)
+            ) -> dict:
+    "What a container's meta pins: the plan text and hash, the run, and the corpus stamp its checkpoints check."
+    return {"plan": snapshot_toml(cfg), "plan_sha256": plan_sha256(cfg), "run_id": run_id, "run_started": started,
+            "corpus": corpus}
+
+def pinned_plan(ck: Checkpoint, path) -> dict | None:
+    "The plan a container pins, as a nested dict (None: written before plan pinning)."
+    if ck.pin is None:
+        return None
+    try:
+        return parse_toml(ck.pin["plan"].encode(), "plan")
+    except Exception as e:  # meta is checksummed: a bad plan was written that way
+        raise CheckpointError(path, "meta", f"the pinned plan does not parse: {e}") from None
+
+# %% ../nbs/08b_checkpoints.ipynb #521def65
+STAMP_WINDOW = 1 << 16  # bytes per sampled window of `corpus_stamp`
+
+class CorpusChangedError(CorpusError):
+    "The corpus changed while a run used it: no checkpoint is written over it."
+
+def corpus_stamp(path) -> dict | None:
+    "Size, mtime_ns and sha256 of five fixed 64 KiB windows of a corpus file; None for the embedded corpus."
+    if str(path) in ("", "<default corpus>"):
+        return None
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        n, h = st.st_size, hashlib.sha256()
+        for off in sorted({min(max(n - STAMP_WINDOW, 0), n * k // 4) for k in range(5)}):
+            h.update(os.pread(f.fileno(), STAMP_WINDOW, off))
+    return {"path": str(path), "size": n, "mtime_ns": st.st_mtime_ns, "sha256": h.hexdigest()[:32]}
+
+def check_corpus(stamp: dict | None) -> None:
+    "Raise `CorpusChangedError` naming the file unless the corpus still has `stamp` (None: nothing to check)."
+    if stamp is None:
+        return
+    p = stamp["path"]
+    try:
+        now = corpus_stamp(p)
+    except OSError as e:
+        raise CorpusChangedError(f"corpus {p}: {e.strerror or e} while the run uses it: "
+                                 "no checkpoint written") from None
+    what = [f"size {stamp['size']:,} -> {now['size']:,} bytes"] if now["size"] != stamp["size"] else []
+    what += ["sampled bytes differ"] if now["sha256"] != stamp["sha256"] else []
+    what += ["modified (mtime changed)"] if now["mtime_ns"] != stamp["mtime_ns"] and not what else []
+    if what:
+        raise CorpusChangedError(f"corpus {p} changed while the run used it ({', '.join(what)}): no checkpoint "
+                                 "written. Restore the original bytes and resume from the last checkpoint (the resume checks "
+                                 "the full sha256), or start a new run.")
+
 # %% ../nbs/08b_checkpoints.ipynb #1fe4f9bb
 def _looks_loadable(p: Path, step: int) -> bool:
     "True when `p`'s header parses as a container of `step` (a name match alone is not enough)."
@@ -75,10 +149,12 @@ def _rotate(d: Path, keep: int, written: Path) -> list:
 def save_run_ckpt(ckpt_dir, state: RunState,
                   tables=None,  # NgramTables, written to the sidecar; None: a run without tables
                   keep: int = 3,  # complete pairs to keep
+                  pin: dict | None = None,  # `make_pin`: recorded in the container; its corpus stamp is checked first
                  ) -> Path:
-    "Sidecar first, then the container (the commit point), then rotation keeping the last `keep` pairs."
+    "Corpus check, sidecar, then the container (the commit point), then rotation keeping the last `keep` pairs."
     if keep < 1:
         raise ValueError(f"save_run_ckpt: keep must be >= 1, got {keep}")
+    check_corpus((pin or {}).get("corpus"))  # before anything is written
     d = Path(ckpt_dir)
     d.mkdir(parents=True, exist_ok=True)
     name, sc = ckpt_name(state.step), None
@@ -87,51 +163,81 @@ def save_run_ckpt(ckpt_dir, state: RunState,
             raise ValueError(f"save_run_ckpt: state.table_step={state.table_step} but the tables are at "
                              f"{tables.table_step}")
         sc = sidecar_id(save_sidecar(d / f"{name}.ngram", tables, state.step))
-    p = save_v3(d / f"{name}.dmck", state, sc)
+    p = save_v3(d / f"{name}.dmck", state, sc, pin)
     _rotate(d, keep, p)
     return p
 
 # %% ../nbs/08b_checkpoints.ipynb #9f3d6ec0
-def _pair_checks(path: Path, sp: Path, ck: Checkpoint) -> None:
-    "Raise `_PairingError` unless the sidecar `sp` was written with the container at `path`."
+def _shape(orders, slots, dim) -> str:
+    return f"orders={list(orders)} slots={slots} dim={dim}"
+
+def _pair_checks(path: Path, sp: Path, ck: Checkpoint, cfg: TrainCfg | None) -> None:
+    "Raise `_PairingError` unless the sidecar `sp` was written with the container at `path` (and fits `cfg`)."
     if not sp.exists():
-        raise SidecarError(sp, "file", "missing (the container was written with one)")
+        if ck.sidecar is not None:
+            raise SidecarError(sp, "file", "missing (the container was written with one)")
+        raise SidecarError(sp, "file", f"missing: a v{ck.version} container records no n-gram tables, so their state "
+                           f"can only come from a sidecar whose table step equals the container's step ({ck.step})")
     hd = read_sidecar_header(sp)
+    if cfg is not None and (hd.orders, hd.slots, hd.dim) != (list(cfg.model.ngram_orders), cfg.model.ngram_slots,
+                                                            cfg.model.ngram_dim):
+        m = cfg.model
+        raise _PairingError(path, "sidecar", f"{sp.name} holds tables of shape {_shape(hd.orders, hd.slots, hd.dim)} "
+                            f"but the config says {_shape(m.ngram_orders, m.ngram_slots, m.ngram_dim)}: another plan's "
+                            "tables")
     if hd.train_step != ck.step:
         raise _PairingError(path, "sidecar", f"{sp.name} is stamped train_step {hd.train_step} but {path.name} is at "
                             f"step {ck.step}: the tables belong to another step")
     if ck.table_step is not None and hd.table_step != ck.table_step:
         raise _PairingError(path, "sidecar", f"{sp.name} has table_step {hd.table_step} but {path.name} records "
                             f"table_step {ck.table_step}: the tables belong to another run")
+    if ck.sidecar is None and hd.table_step != ck.step:
+        raise _PairingError(path, "sidecar", f"{sp.name} has table_step {hd.table_step}, but a v{ck.version} container "
+                            "records no sidecar identity, so a sidecar pairs with it only when its table step equals "
+                            f"the container's step ({ck.step})")
     if ck.sidecar is not None and sidecar_id(sp)["id"] != ck.sidecar["id"]:
         raise _PairingError(path, "sidecar", f"{sp.name} (train_step {hd.train_step}) is not the sidecar written with "
                             f"{path.name} (step {ck.step}): same step, different tables — another run's, or replaced")
 
 # %% ../nbs/08b_checkpoints.ipynb #078041d6
 def load_run_ckpt(path, lr: float = 0.05, momentum: float = 0.9,  # the run's ngram_lr / ngram_momentum (config)
-                  device: str = "cpu") -> tuple:
+                  device: str = "cpu",
+                  cfg: TrainCfg | None = None,  # the plan resuming it: tables' shape checked, legacy `missing` narrowed
+                 ) -> tuple:
     "(Checkpoint, NgramTables | None) for a container and its sidecar, or `CheckpointError`."
     path = Path(path)
     ck = load_ckpt(path)
     if (m := _NAME.match(path.name)) and int(m[1]) != ck.step:
         raise _PairingError(path, "step", f"the file name says step {int(m[1])} but the container holds step {ck.step}")
-    if ck.sidecar is None and not ck.legacy:
-        return ck, None  # written without n-gram tables
+    orders = None if cfg is None else list(cfg.model.ngram_orders)
+    if ck.sidecar is None and not ck.legacy:  # written without n-gram tables
+        if orders:
+            raise _PairingError(path, "sidecar", f"written without n-gram tables, but the config has ngram_orders="
+                                f"{orders}: a checkpoint of another plan")
+        return ck, None
+    if ck.sidecar is None and orders == []:
+        return ck, None  # a legacy container, and a plan without n-gram tables: no sidecar to pair
     sp = path.with_suffix(".ngram")
     try:
-        _pair_checks(path, sp, ck)
+        _pair_checks(path, sp, ck, cfg)
         tables, _, _ = load_sidecar(sp, expect_train_step=ck.step, lr=lr, momentum=momentum)
     except (SidecarError, OSError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
         msg, pre = str(e), f"n-gram sidecar {getattr(e, 'path', '')}: "
         raise CheckpointError(sp, "sidecar", msg.removeprefix(pre)) from None
+    if ck.sidecar is None:  # legacy: paired by table step, loudly
+        ck.missing.append(f"n-gram sidecar identity: a v{ck.version} container records none; {sp.name} was paired "
+                          f"with it because its table step equals the container's step ({ck.step}). That shows the "
+                          "tables took as many updates as the model took steps, not that they are this model's tables.")
     if str(device) != "cpu":
         tables.weight, tables.momentum = tables.weight.to(device), tables.momentum.to(device)
     return ck, tables
 
 # %% ../nbs/08b_checkpoints.ipynb #c8981e25
-def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str = "cpu", log=print):
+def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str = "cpu", log=print,
+                cfg: TrainCfg | None = None,  # the plan resuming it (see `load_run_ckpt`)
+               ):
     "(Checkpoint, tables, path) of the newest complete pair, skipping torn ones loudly; None when there is none."
     cks = list_ckpts(ckpt_dir)
     if not cks:
@@ -139,13 +245,37 @@ def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str =
     errs = []
     for _, p in reversed(cks):
         try:
-            return (*load_run_ckpt(p, lr, momentum, device), p)
+            return (*load_run_ckpt(p, lr, momentum, device, cfg), p)
         except _PairingError:
             raise
         except CheckpointError as e:
             log(f"WARNING: skipping {p.name}: {e}")
             errs.append(str(e))
     raise CheckpointError(ckpt_dir, "run", f"{len(cks)} container(s), none loadable:\n  " + "\n  ".join(errs))
+
+# %% ../nbs/08b_checkpoints.ipynb #07b9cd71
+def check_pin(ck: Checkpoint,  # the checkpoint a resume found
+              path,  # its file, named in errors
+              cfg: TrainCfg,  # the plan resuming it
+              run_id: str | None,  # the run's id from lineage.jsonl (None: not recorded)
+              log=print,
+             ) -> dict | None:
+    "The checkpoint's pin, checked: another run is `CheckpointError`, another plan `DriftError`; None before pinning."
+    path = Path(path)
+    plan = pinned_plan(ck, path)
+    if plan is None:
+        log(f"{path.name} predates plan pinning: the plan is checked against config.toml only, and the run's "
+            "identity cannot be checked")
+        return None
+    if run_id is not None and ck.pin["run_id"] != run_id:
+        diffs = diff_keys(plan, cfg)
+        what = ("its plan differs in " + ", ".join(f"{k} ({a!r} there, {b!r} here)" for k, (a, b) in diffs.items())
+                if diffs else f"same plan, started {ck.pin.get('run_started')}")
+        raise CheckpointError(path, "run", f"a checkpoint of another run: run id {ck.pin['run_id'][:12]}, but this "
+                              f"run directory's lineage.jsonl says {run_id[:12]}; {what}. Move it out of the "
+                              "checkpoint directory.")
+    check_drift(plan, cfg, where=f"{path}, the plan pinned in the checkpoint")
+    return ck.pin
 
 # %% ../nbs/08b_checkpoints.ipynb #d7deeb1b
 def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:
@@ -157,7 +287,8 @@ def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:
         return f"sidecar: {sp.name} MISSING", ck.sidecar is None
     try:
         hd = verify_sidecar(sp)
-        ok = hd.train_step == ck.step and (ck.sidecar is None or sidecar_id(sp)["id"] == ck.sidecar["id"])
+        paired = hd.table_step == ck.step if ck.sidecar is None else sidecar_id(sp)["id"] == ck.sidecar["id"]
+        ok = hd.train_step == ck.step and paired  # a legacy container pairs by table step (see `load_run_ckpt`)
         return (f"sidecar: {sp.name} train_step {hd.train_step}, table_step {hd.table_step}: "
                 f"{'matches' if ok else 'DOES NOT MATCH'}"), ok
     except Exception as e:  # describe reports; it never raises on a bad file
@@ -188,6 +319,13 @@ def _state_lines(ck: Checkpoint) -> list:
             out.append(f"stress: {ck.stress!r}")
     else:
         out.append("stress: none")
+    if ck.latch is not None and ck.latch.get("tripped"):
+        out.append(f"latch: tripped — {ck.latch.get('reason')}")
+    if ck.pin is None:
+        out.append("pin: none (written before plan pinning: a resume checks config.toml only)")
+    else:
+        out.append(f"pin: run {ck.pin['run_id'][:12]} (started {ck.pin.get('run_started')}), "
+                   f"plan sha256 {ck.pin['plan_sha256'][:12]}")
     out.append("environment:" + (" not recorded" if ck.env is None else ""))
     return out + [f"  {k}: {val}" for k, val in (ck.env or {}).items()]
 

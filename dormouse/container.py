@@ -10,12 +10,13 @@ from pathlib import Path
 import safetensors.torch
 import torch
 from .fsio import atomic_write
-from .stcodec import CHUNK, Source, optim_encode, optim_parts, optim_read, st_parts, st_read
+from .stcodec import CHUNK, Checksum, Source, optim_encode, optim_parts, optim_read, st_parts, st_read
 from .stress import StressMonitor
 
 # %% auto #0
-__all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'V3_LAYOUT', 'CheckpointError', 'RunState',
-           'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1', 'write_v2', 'load_ckpt', 'read_header', 'section_checks']
+__all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'WRITE_CHECKSUM', 'V3_LAYOUT',
+           'CheckpointError', 'RunState', 'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1', 'write_v2', 'legacy_note',
+           'load_ckpt', 'read_header', 'section_checks']
 
 # %% ../nbs/08_container.ipynb #a1618858
 class CheckpointError(Exception):
@@ -39,6 +40,7 @@ class RunState:
     stress: object | None  # StressMonitor, None when stress is off
     table_step: int | None  # n-gram table updates so far (None: not recorded, legacy container)
     env: dict | None  # the numeric environment the run computed under (`numeric_env`)
+    latch: dict | None = None  # the fallback latch with its trip reason (`FallbackLatch.to_json`); None in older files
 
 @dataclass
 class Checkpoint(RunState):
@@ -47,13 +49,15 @@ class Checkpoint(RunState):
     legacy: bool = False  # True when some run state could not be recovered
     missing: list = field(default_factory=list)  # what could not be recovered and what it means for the run
     sidecar: dict | None = None  # identity of the n-gram sidecar written with this container (v3)
+    pin: dict | None = None  # the plan and the run this container belongs to (None: written before plan pinning)
 
 # %% ../nbs/08_container.ipynb #5efd1e64
 MAGIC = b"DMCK\0"  # then the version byte and two NULs
 SECTIONS = ("model", "optim", "teacher", "stress", "meta")  # the section table's order, fixed
 HEADER = struct.Struct("<8sQQQ")  # magic, step, flags, table_step
-ENTRY = struct.Struct("<8sQQII")  # tag, offset, length, crc32, present
-HEADER_LEN = HEADER.size + len(SECTIONS) * ENTRY.size + 8  # 200: + reserved u32 + header crc32 u32
+ENTRY = struct.Struct("<8sQQII")  # tag, offset, length, section checksum, present
+HEADER_LEN = HEADER.size + len(SECTIONS) * ENTRY.size + 8  # 200: + checksum id u32 + header crc32 u32
+WRITE_CHECKSUM = 1  # the section checksum written (stcodec.CHECKSUMS): xxh3_64; 0 (crc32) is read
 _NONE64 = 2**64 - 1  # table_step "not recorded"
 
 V3_LAYOUT = """\
@@ -64,17 +68,19 @@ offset  size  field
     24     8  table_step   u64   n-gram table updates (2^64-1 = not recorded: converted legacy file)
     32   160  section table, 5 entries x 32 bytes, always in this order: model, optim, teacher, stress, meta
               ┌──────────────┬────────────┬────────────┬───────────┬─────────────┐
-              │ tag 8 bytes  │ offset u64 │ length u64 │ crc32 u32 │ present u32 │   one entry
-              │ ASCII, NUL-  │ from file  │ bytes      │ of the    │ 1 = section │
-              │ padded       │ start      │            │ section   │ 0 = None    │
+              │ tag 8 bytes  │ offset u64 │ length u64 │ check u32 │ present u32 │   one entry
+              │ ASCII, NUL-  │ from file  │ bytes      │ checksum  │ 1 = section │
+              │ padded       │ start      │            │ of section│ 0 = None    │
               └──────────────┴────────────┴────────────┴───────────┴─────────────┘
-   192     4  reserved     u32 = 0
-   196     4  header crc32 u32 over bytes 0..195 (magic, step, flags, table_step, the table with its crcs)
+   192     4  checksum id  u32   the sections' check: 1 = low 32 bits of xxh3_64 (written now), 0 = zlib crc32
+                                 (v3 files written before xxh3: still read); any other value is refused
+   196     4  header crc32 u32 over bytes 0..195 (zlib crc32 always: magic, step, flags, table_step, table, id)
    200     …  model    safetensors: the student state_dict
            …  optim    safetensors: optimiser tensors by path + JSON of the rest in metadata["optim"]
            …  teacher  safetensors: the EMA teacher state_dict   (present=0, length 0 without a teacher)
            …  stress   StressMonitor.to_bytes()                   (present=0, length 0 with stress off)
-           …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null}
+           …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null, "pin": {...}, "latch": {...}}
+                         pin (absent before plan pinning): {"plan": snapshot TOML, "plan_sha256", "run_id", ...}
    EOF = offset + length of meta
 """
 
@@ -82,13 +88,21 @@ def _magic(version: int) -> bytes:
     return MAGIC + bytes([version, 0, 0])
 
 # %% ../nbs/08_container.ipynb #e14640d8
-def _meta_bytes(state, sidecar) -> bytes:
+def _meta_bytes(state, sidecar, pin) -> bytes:
     missing = list(getattr(state, "missing", None) or [])
     if state.env is None and not missing:
         raise ValueError("save_ckpt: state.env is None; record numeric_env(...) so a resume can check where it runs")
-    b = json.dumps({"env": state.env, "missing": missing, "sidecar": sidecar}, separators=(",", ":")).encode()
-    if json.loads(b)["env"] != state.env:
-        raise ValueError("save_ckpt: env must be plain JSON (str keys, lists not tuples)")
+    meta = {"env": state.env, "missing": missing, "sidecar": sidecar}
+    if pin is not None:
+        if not isinstance(pin, dict) or not isinstance(pin.get("plan"), str) or not isinstance(pin.get("run_id"), str):
+            raise ValueError("save_ckpt: pin must be a dict with the plan text ('plan') and the run id ('run_id')")
+        meta["pin"] = pin
+    if state.latch is not None:
+        meta["latch"] = state.latch
+    b = json.dumps(meta, separators=(",", ":")).encode()
+    back = json.loads(b)
+    if back["env"] != state.env or back.get("pin") != pin or back.get("latch") != state.latch:
+        raise ValueError("save_ckpt: env, pin and latch must be plain JSON (str keys, lists not tuples)")
     return b
 
 def _check_state(s):
@@ -99,7 +113,7 @@ def _check_state(s):
     if s.table_step is not None and not 0 <= s.table_step < _NONE64:
         raise ValueError(f"save_ckpt: bad table_step {s.table_step!r}")
 
-def _v3_sections(state, sidecar):
+def _v3_sections(state, sidecar, pin):
     "(name, present, length, buffers) per section, in table order; nothing big is built here."
     out = []
     for name, val, make in (("model", state.model, st_parts), ("optim", state.optim, optim_parts),
@@ -107,45 +121,47 @@ def _v3_sections(state, sidecar):
         out.append((name, val is not None, *(make(val) if val is not None else (0, iter(())))))
     sb = state.stress.to_bytes() if state.stress is not None else b""
     out.append(("stress", state.stress is not None, len(sb), iter([sb])))
-    mb = _meta_bytes(state, sidecar)
+    mb = _meta_bytes(state, sidecar, pin)
     out.append(("meta", True, len(mb), iter([mb])))
     return out
 
 # %% ../nbs/08_container.ipynb #81816641
-def _write_section(f, n: int, bufs) -> int:
-    "Write one section's buffers, checking its length; returns the running crc32."
-    crc, got = 0, 0  # inline: a checksum thread here measured slower (it competes with the page-cache writes)
+def _write_section(f, n: int, bufs, algo: int = WRITE_CHECKSUM) -> int:
+    "Write one section's buffers, checking its length; returns its checksum (`algo`: a `CHECKSUMS` id)."
+    crc, got = Checksum(algo), 0  # inline: a checksum thread here measured slower (it competes with the writes)
     for b in bufs:
         mv = memoryview(b).cast("B")
         for i in range(0, len(mv), CHUNK):
             c = mv[i:i + CHUNK]
-            crc = zlib.crc32(c, crc); f.write(c)
+            crc.add(c)
+            f.write(c)
         got += len(mv)
     if got != n: raise RuntimeError(f"section wrote {got} bytes, planned {n}")
-    return crc
+    return crc.close()
 
 # %% ../nbs/08_container.ipynb #9550c13e
 def save_ckpt(path,  # e.g. ckpt/step_000100.dmck
-              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its sidecar identity is kept)
+              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its sidecar identity and pin are kept)
              ) -> Path:
     "Write `state` as a v3 container, streaming and atomically."
-    return save_v3(path, state, getattr(state, "sidecar", None))
+    return save_v3(path, state, getattr(state, "sidecar", None), getattr(state, "pin", None))
 
 def save_v3(path,  # the container to write
             state: RunState,
             sidecar: dict | None,  # identity of the n-gram sidecar written with it (None: none)
+            pin: dict | None = None,  # the plan and run it belongs to ({"plan": TOML, "run_id": ..., ...}); None: none
            ) -> Path:
     "Write `state` as a v3 container recording `sidecar` as its paired sidecar, streaming and atomically."
     _check_state(state)
-    secs = _v3_sections(state, sidecar)
+    secs = _v3_sections(state, sidecar, pin)
     def write(f):
         f.write(b"\0" * HEADER_LEN)
         table, off = b"", HEADER_LEN
         for name, present, n, bufs in secs:
-            crc = _write_section(f, n, bufs)
+            crc = _write_section(f, n, bufs, WRITE_CHECKSUM)
             table += ENTRY.pack(name.encode(), off, n, crc, int(present)); off += n
         ts = _NONE64 if state.table_step is None else state.table_step
-        head = HEADER.pack(_magic(3), state.step, state.flags, ts) + table + struct.pack("<I", 0)
+        head = HEADER.pack(_magic(3), state.step, state.flags, ts) + table + struct.pack("<I", WRITE_CHECKSUM)
         f.seek(0); f.write(head + struct.pack("<I", zlib.crc32(head)))
     return atomic_write(path, write)
 
@@ -195,7 +211,7 @@ def _layout(f, path, size: int) -> dict:
                               "too short for v1")
     step, ml, ol = struct.unpack("<QQQ", head + f.read(16))
     if 24 + ml + ol == size:
-        return {"version": 1, "step": step, "flags": 0, "table_step": None,
+        return {"version": 1, "step": step, "flags": 0, "table_step": None, "checksum": None,
                 "sections": [("model", 24, ml, None, True), ("optim", 24 + ml, ol, None, True)]}
     what = ("a zip archive (a torch checkpoint?)" if head[:4] == b"PK\x03\x04"
             else "a pickle stream" if head[:1] == b"\x80"
@@ -216,7 +232,7 @@ def _layout_v2(f, path, size, head) -> dict:
     secs = [("model", 48, ml, None, True), ("optim", 48 + ml, ol, None, True),
             ("teacher", 48 + ml + ol, tl, None, tl > 0)]
     _bounds(path, size, secs, 2)
-    return {"version": 2, "step": step, "flags": flags, "table_step": None, "sections": secs}
+    return {"version": 2, "step": step, "flags": flags, "table_step": None, "sections": secs, "checksum": None}
 
 # %% ../nbs/08_container.ipynb #e18b7bba
 def _layout_v3(f, path, size, head) -> dict:
@@ -236,14 +252,18 @@ def _layout_v3(f, path, size, head) -> dict:
         secs.append((name, o, n, c, bool(present))); off += n
     if flags & ~_KNOWN_FLAGS:
         raise CheckpointError(path, "header", f"flags {flags:#x} has bits this dormouse does not know")
-    if head[192:196] != b"\0\0\0\0": raise CheckpointError(path, "header", "reserved field is not zero")
+    (algo,) = struct.unpack("<I", head[192:196])
+    if algo not in (0, 1):
+        raise CheckpointError(path, "header", f"checksum id {algo} is unknown (0 = crc32, 1 = xxh3_64): a newer "
+                              "dormouse wrote this file, or the header is corrupt")
     _bounds(path, size, secs, 3)
-    return {"version": 3, "step": step, "flags": flags, "table_step": None if ts == _NONE64 else ts, "sections": secs}
+    return {"version": 3, "step": step, "flags": flags, "table_step": None if ts == _NONE64 else ts, "sections": secs,
+            "checksum": algo}
 
 # %% ../nbs/08_container.ipynb #143b9b12
 _LOST = {
-    "teacher": "EMA teacher: a v1 container has none. If this run trained with aux (JEPA), a resume must rebuild the "
-               "teacher as a copy of the student, so the JEPA target differs from the original run from the first "
+    "teacher": "EMA teacher: not in this v{v} container. If this run trained with aux (JEPA), a resume must rebuild "
+               "the teacher as a copy of the student, so the JEPA target differs from the original run from the first "
                "resumed step.",
     "latch": "fp32-factor fallback latch: a v1 container has no flags, so it reads as not tripped. If the original run "
              "had fallen back to fp32 factors, a resume with quant other than fp32 quantises them again: a different "
@@ -256,28 +276,38 @@ _LOST = {
            "they do.",
 }
 
+def legacy_note(key: str,  # teacher | latch | stress | env
+                v: int,  # the container's version
+               ) -> str:
+    "The sentence `missing` holds when a v`v` container lacks `key`; its text before the colon names the item."
+    return _LOST[key].format(v=v)
+
 def _legacy_missing(v: int) -> list:
+    "All a v`v` container cannot carry; `parts.restore` reports only what the resuming plan needs of it."
     keys = ["teacher", "latch", "stress", "env"] if v == 1 else ["stress", "env"]
-    return [_LOST[k].format(v=v) for k in keys]
+    return [legacy_note(k, v) for k in keys]
 
 # %% ../nbs/08_container.ipynb #a3a6907b
-def _crc_range(f, off: int, n: int) -> int:
-    f.seek(off); crc = 0
+def _crc_range(f, off: int, n: int, algo: int) -> int:
+    "Checksum (`CHECKSUMS` id `algo`) of `n` bytes of `f` from `off`."
+    f.seek(off)
+    crc = Checksum(algo)
     while n > 0:
         b = f.read(min(n, CHUNK))
         if not b: break
-        crc, n = zlib.crc32(b, crc), n - len(b)
-    return crc
+        crc.add(b)
+        n -= len(b)
+    return crc.close()
 
-def _read_section(f, path, name: str, off: int, n: int, crc, parse):
+def _read_section(f, path, name: str, off: int, n: int, crc, parse, algo: int | None = None):
     "Parse one section with `parse(src)`; in v3 a checksum mismatch is reported as such, before any parse error."
-    f.seek(off); src = Source(f, n)
+    f.seek(off); src = Source(f, n, algo or 0)
     try:
         val = parse(src)
         if src.left: raise ValueError(f"{src.left} unparsed bytes at the end of the section")
     except Exception as e:  # whatever a parser raises on bad bytes is a refusal of this section
         src.close()
-        if crc is not None and _crc_range(f, off, n) != crc:
+        if crc is not None and _crc_range(f, off, n, algo) != crc:
             raise CheckpointError(path, name, "checksum mismatch (corrupt section)") from None
         raise CheckpointError(path, name, f"cannot parse: {e}") from None
     finally: src.close()
@@ -289,8 +319,10 @@ def _stress_parse(src: Source):
 
 def _meta_parse(src: Source) -> dict:
     m = json.loads(src.read(src.left).decode())
-    if not isinstance(m, dict) or set(m) != {"env", "missing", "sidecar"}:
-        raise ValueError("meta is not {env, missing, sidecar}")
+    if not isinstance(m, dict) or set(m) - {"pin", "latch"} != {"env", "missing", "sidecar"}:
+        raise ValueError("meta is not {env, missing, sidecar} (+ pin, latch)")
+    if m.get("pin") is not None and not isinstance(m["pin"], dict):
+        raise ValueError("meta pin is not a JSON object")
     return m
 
 # %% ../nbs/08_container.ipynb #779c488a
@@ -303,13 +335,14 @@ def load_ckpt(path) -> Checkpoint:
         lay = _layout(f, path, os.fstat(f.fileno()).st_size)
         parsers = {"model": lambda s: st_read(s)[0], "optim": optim_read, "teacher": lambda s: st_read(s)[0],
                    "stress": _stress_parse, "meta": _meta_parse}
-        got = {name: _read_section(f, path, name, off, n, crc, parsers[name]) if present else None
+        got = {name: _read_section(f, path, name, off, n, crc, parsers[name], lay["checksum"]) if present else None
                for name, off, n, crc, present in lay["sections"]}
     v = lay["version"]
     meta = got.get("meta") or {"env": None, "missing": _legacy_missing(v), "sidecar": None}
     return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"),
                       flags=lay["flags"], stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"],
-                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"])
+                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"],
+                      pin=meta.get("pin"), latch=meta.get("latch"))
 
 # %% ../nbs/08_container.ipynb #0c083313
 def _open(path):
@@ -319,7 +352,7 @@ def _open(path):
         raise CheckpointError(path, "file", f"cannot open: {e.strerror or e}") from None
 
 def read_header(path) -> dict:
-    "{version, step, flags, table_step, sections: [(name, offset, length, crc|None, present)], size}."
+    "{version, step, flags, table_step, checksum: id|None, sections: [(name, offset, length, crc|None, present)], size}"
     path = Path(path)
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
@@ -334,6 +367,6 @@ def section_checks(path) -> tuple:
         out = []
         for name, off, n, crc, present in lay["sections"]:
             st = "absent" if not present else "no checksum" if crc is None else \
-                 "checksum ok" if _crc_range(f, off, n) == crc else "CHECKSUM MISMATCH"
+                 "checksum ok" if _crc_range(f, off, n, lay["checksum"]) == crc else "CHECKSUM MISMATCH"
             out.append((name, n, st))
     return lay, out

@@ -14,8 +14,8 @@ from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 # %% auto #0
 __all__ = ['DATA_ORDERS', 'CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'COMPRESSORS', 'BASELINE_PREFIX', 'CorpusError', 'cache_dir',
            'atomic_write', 'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus',
-           'min_corpus_bytes', 'keyed_sequences', 'Corpus', 'load_corpus', 'default_corpus_bytes', 'compressed_size',
-           'compressor_baselines']
+           'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus', 'load_corpus', 'default_corpus_bytes',
+           'compressed_size', 'compressor_baselines']
 
 # %% ../nbs/03_data.ipynb #e196cfb5
 DATA_ORDERS = ("shuffled", "stream")  # `data_order`: a keyed permutation per epoch | the ADR's contiguous layout
@@ -147,11 +147,48 @@ def keyed_sequences(k: np.ndarray,  # run positions (int64)
         out[sel] = keyed_perm(n_seq, seed, int(e), stream, pos[sel])
     return out
 
+# %% ../nbs/03_data.ipynb #c144bcd5
+class FileBytes:
+    "A corpus file read with pread: a file that shrank under the run is a `CorpusError` naming it, never a SIGBUS."
+    def __init__(self, path):
+        self.path = str(path)
+        self._f = open(path, "rb")
+        self.size = os.fstat(self._f.fileno()).st_size  # the size the run was opened with
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return self._read(0, self.size).tobytes()
+
+    def _read(self, lo: int, n: int) -> np.ndarray:
+        buf = os.pread(self._f.fileno(), n, lo)
+        if len(buf) < n:
+            now = os.fstat(self._f.fileno()).st_size
+            raise CorpusError(f"corpus {self.path} shrank while the run used it ({self.size:,} -> {now:,} bytes): "
+                              "restore it and resume from the last checkpoint, or start a new run.")
+        return np.frombuffer(buf, dtype=np.uint8)
+
+    def __getitem__(self, idx) -> np.ndarray:
+        "Bytes at a slice, or at integer positions of any shape: one pread per contiguous piece of each row."
+        if isinstance(idx, slice):
+            lo, hi, _ = idx.indices(self.size)
+            return self._read(lo, max(0, hi - lo))
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = idx.reshape(-1, idx.shape[-1] if idx.ndim else 1)
+        out = np.empty(rows.shape, dtype=np.uint8)
+        for r, row in enumerate(rows):
+            pos = 0
+            for piece in np.split(row, np.flatnonzero(np.diff(row) != 1) + 1):
+                out[r, pos:pos + len(piece)] = self._read(int(piece[0]), len(piece))
+                pos += len(piece)
+        return out.reshape(idx.shape)
+
 # %% ../nbs/03_data.ipynb #020ed9f0
 @dataclass
 class Corpus:
     "A byte corpus: training split [0, n_train), held-out split [n_train, end)."
-    data: np.ndarray  # uint8 bytes (memory-mapped)
+    data: FileBytes  # the bytes, read with pread (len, slices, index arrays)
     source: str  # the path, or "<default corpus: ...>"
     sha256: str  # hex digest of all the bytes, in layout order
     n_train: int  # bytes [0, n_train) are training data; the rest is held out
@@ -194,7 +231,7 @@ def _dir_corpus(root: Path, suffix: str, holdout_frac: float, seq_len: int, sour
                           f"file(s) and the held-out split {n_held} bytes in {n_held_files} (whole files, holdout_frac="
                           f"{holdout_frac}); with seq_len={seq_len} each needs at least {seq_len + 1}. "
                           "Add files, or lower holdout_frac or seq_len.")
-    return Corpus(np.memmap(bin_p, dtype=np.uint8, mode="r"), source, meta["sha256"], n_train, meta)
+    return Corpus(FileBytes(bin_p), source, meta["sha256"], n_train, meta)
 
 def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
                 holdout_frac: float = 0.05,  # fraction held out for eval: a file's tail, or whole files of a directory
@@ -216,7 +253,7 @@ def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for th
         raise CorpusError(f"corpus {p} {size}; with seq_len={seq_len} and holdout_frac="
                           f"{holdout_frac} it needs at least {need} bytes (one sequence in each split).")
     n_train = n - max(seq_len + 1, int(n * holdout_frac))
-    return Corpus(np.memmap(p, dtype=np.uint8, mode="r"), str(p), file_sha256(p), n_train)
+    return Corpus(FileBytes(p), str(p), file_sha256(p), n_train)
 
 def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."

@@ -13,7 +13,8 @@ from typing import Iterator
 from urllib.parse import urlsplit
 import numpy as np
 import torch
-from .config import QUANT_FORMATS, ConfigError, TrainCfg, cfg_from_dict, cfg_to_dict, read_snapshot
+from .config import (QUANT_FORMATS, ConfigError, TrainCfg, cfg_from_dict, cfg_to_dict, diff_keys, parse_toml,
+                             read_snapshot)
 from .rng import STREAM_SAMPLE, keyed_uniform
 from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
@@ -61,11 +62,15 @@ def resolve_cfg(ckpt_path,  # the container
                 sd: dict,  # its model state dict
                 cfg=None,  # None (the run's config.toml) | TrainCfg | config file path | nested dict of keys
                 tables: NgramTables | None = None,  # the sidecar's tables: their orders and slots, when inferring
+                plan: str | None = None,  # the plan TOML pinned in the container (None: it predates plan pinning)
                ) -> tuple[TrainCfg, str]:
     "(the run's TrainCfg, where it came from); raises `InferenceError` naming what cannot be determined."
     if isinstance(cfg, TrainCfg): return cfg, "cfg argument"
     if isinstance(cfg, (str, Path)):
         return cfg_from_dict(read_snapshot(cfg)), str(cfg)
+    if cfg is None and plan is not None:
+        where = f"the plan pinned in {Path(ckpt_path).name}"
+        return cfg_from_dict(parse_toml(plan.encode(), where)), where
     if cfg is None and (found := find_config(ckpt_path)) is not None:
         return cfg_from_dict(read_snapshot(found)), str(found)
     if cfg is not None and not isinstance(cfg, dict):
@@ -147,6 +152,20 @@ def _check_shapes(model: DormouseModel, sd: dict, where: str) -> None:
     if bad: raise InferenceError(f"the checkpoint's weights do not fit the network {where} describes:\n  " + "\n  ".join(bad[:12])
                                  + (f"\n  ... and {len(bad) - 12} more" if len(bad) > 12 else ""))
 
+def _plan_notes(path: Path, plan: str | None, run_cfg: TrainCfg, where: str) -> list:
+    "Where the network's shape came from, when no cfg was given; an edited config.toml is named, and not used."
+    found = find_config(path)
+    if plan is None:
+        return [f"{path.name} predates plan pinning: the network's shape comes from {where}, an editable file"] \
+            if found is not None else []
+    if found is None:
+        return []
+    try:
+        diffs = [k for k in diff_keys(read_snapshot(found), run_cfg) if k.startswith("model.")]
+    except ConfigError:
+        return [f"{found} does not read as a snapshot; the network's shape comes from {where}"]
+    return [f"{found} differs from {where} in {', '.join(diffs)}: the checkpoint's plan is used"] if diffs else []
+
 def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or v3)
                        *,
                        quant: str | None = None,  # None: fp32 forward; "stored": the run's settings; or a format name
@@ -173,7 +192,10 @@ def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> 
     if ck.version == 1 and quant is not None:
         notes.append(f"a v1 container records no fallback latch: quant={quant!r} assumes it had not tripped")
     sd = {k: v for k, v in ck.model.items() if not k.startswith("jepa.")}
-    run_cfg, where = resolve_cfg(path, ck.model, cfg, tables)
+    plan = (ck.pin or {}).get("plan")
+    run_cfg, where = resolve_cfg(path, ck.model, cfg, tables, plan)
+    if cfg is None:
+        notes += _plan_notes(path, plan, run_cfg, where)
     if tables is None:
         if sidecar.exists() or ck.sidecar is None and not ck.legacy:
             notes.append("the checkpoint was written without n-gram tables: the forward runs without n-gram features")

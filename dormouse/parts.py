@@ -59,8 +59,8 @@ def to_run_state(parts: Parts, env: dict) -> RunState:
     state = RunState(step=parts.step, model=parts.model.state_dict(), optim=parts.optim.state_dict(),
                      teacher=parts.teacher.state_dict() if parts.teacher is not None else None,
                      flags=parts.latch.flags, stress=parts.stress, table_step=parts.tables.table_step,
-                     env={**env, "forward": forward_formats(parts.model)})
-    state.latch = parts.latch.to_json()  # the latch with its reason: the container's meta "latch"
+                     env={**env, "forward": forward_formats(parts.model)},
+                     latch=parts.latch.to_json())  # the latch with its trip reason: the container's meta "latch"
     return state
 
 # %% ../nbs/09b_parts.ipynb #5b1e0d03
@@ -136,7 +136,9 @@ def restore(parts: Parts,  # fresh parts of the same plan
         parts.tables = tables
     parts.step = ck.step
     apply_settings(parts, cfg)  # after the load as well as before it: the forward path is run state's twin
-    report = [_said(k, cfg) for k in lacks]
+    sections = {what for what, _, _ in NEEDS.values()}  # the container's other notes (e.g. how a sidecar was paired)
+    notes = getattr(ck, "missing", None) or []
+    report = [_said(k, cfg) for k in lacks] + [m for m in notes if m.split(":")[0] not in sections]
     if report:
         log(f"LEGACY checkpoint (v{getattr(ck, 'version', '?')}) {where}: resuming, but it lacks what this plan needs:")
         for line in report:

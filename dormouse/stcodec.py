@@ -4,12 +4,13 @@
 
 # %% ../nbs/08a_stcodec.ipynb #18f7b2cf
 from __future__ import annotations
-import io, json, math, queue, struct, sys, threading, zlib
+import io, json, math, mmap, queue, struct, sys, threading, zlib
 import torch
+import xxhash
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'CHUNK', 'st_parts', 'st_bytes', 'Checksum', 'Source', 'st_read', 'st_load_bytes', 'optim_encode',
-           'optim_parts', 'optim_read']
+__all__ = ['ST_DTYPES', 'CHUNK', 'CHECKSUMS', 'st_parts', 'st_bytes', 'Checksum', 'Source', 'st_read', 'st_load_bytes',
+           'optim_encode', 'optim_parts', 'optim_read']
 
 # %% ../nbs/08a_stcodec.ipynb #69fd8b01
 ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -64,14 +65,18 @@ def st_bytes(tensors: dict, metadata: dict | None = None) -> bytes:
     return b"".join(bytes(p) for p in parts)
 
 # %% ../nbs/08a_stcodec.ipynb #52b96df0
+CHECKSUMS = ("crc32", "xxh3_64")  # checksum ids of a v3 header: 0 = zlib crc32 (older files), 1 = xxh3_64's low 32 bits
+
 class Checksum:
-    "A running crc32; once `start`ed, slices are folded in, in order, on a thread while the caller does the next I/O."
-    def __init__(self):
+    "A running 32-bit checksum (`algo` indexes `CHECKSUMS`); crc32 once `start`ed folds on a thread."
+    def __init__(self, algo: int = 0):
+        if algo not in range(len(CHECKSUMS)): raise ValueError(f"unknown checksum id {algo} (known: {CHECKSUMS})")
         self.value, self._queue, self._worker = 0, None, None
+        self._xxh = xxhash.xxh3_64() if algo == 1 else None
 
     def start(self) -> None:
-        "Fold from now on in a worker thread."
-        if self._worker is not None:
+        "Fold from now on in a worker thread (crc32 only: xxh3 outruns the reads it checks)."
+        if self._worker is not None or self._xxh is not None:
             return
         self._queue = queue.SimpleQueue()
         def work():
@@ -82,13 +87,17 @@ class Checksum:
 
     def add(self, view) -> None:
         "Fold `view` in: inline, or queued to the thread once it runs (the caller must not reuse `view`'s memory)."
-        if self._queue is None:
+        if self._xxh is not None:
+            self._xxh.update(view)
+        elif self._queue is None:
             self.value = zlib.crc32(view, self.value)
         else:
             self._queue.put(view)
 
     def close(self) -> int:
         "Wait for the thread (if any); the checksum of everything added."
+        if self._xxh is not None:
+            return self._xxh.intdigest() & 0xFFFFFFFF
         if self._worker is not None:
             self._queue.put(None)
             self._worker.join()
@@ -97,18 +106,19 @@ class Checksum:
 
 # %% ../nbs/08a_stcodec.ipynb #4e7a3e4c
 class Source:
-    "A byte range of an open file, read with a running crc32; a short read is a truncation."
+    "A byte range of an open file, read with a running checksum; a short read is a truncation."
     def __init__(self, f,  # binary file positioned at the range's start
                  n: int,  # bytes in the range
+                 algo: int = 0,  # checksum id (`CHECKSUMS`): 0 crc32, 1 xxh3_64
                 ):
-        self.f, self.left, self._sum = f, n, Checksum()
+        self.f, self.left, self._sum = f, n, Checksum(algo)
 
     def close(self) -> None:
         self._sum.close()
 
     @property
     def crc(self) -> int:
-        "crc32 of everything read so far."
+        "Checksum of everything read so far."
         return self._sum.close()
 
     def read(self, n: int) -> bytes:
@@ -158,8 +168,21 @@ def _st_entries(head: dict, left: int) -> list:
     return sorted(ents)
 
 # %% ../nbs/08a_stcodec.ipynb #8b4e1166
+_HUGE = 2 << 20  # tensor data of at least this many bytes is read into one huge-page-advised buffer
+
+def _data_buffer(n: int) -> torch.Tensor:
+    "uint8 `[n]` for a section's tensor data: big ones in anonymous memory advised for huge pages (Linux)."
+    if n >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            buf = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            buf.madvise(mmap.MADV_HUGEPAGE)
+            return torch.frombuffer(buf, dtype=torch.uint8)  # the tensor keeps `buf` alive
+        except (OSError, ValueError, AttributeError):
+            pass
+    return torch.empty(n, dtype=torch.uint8)
+
 def st_read(src: Source) -> tuple:
-    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None)."
+    "Parse a safetensors section from `src`: ({name: Tensor} sorted by name, metadata or None), one shared buffer."
     (n,) = struct.unpack("<Q", src.read(8))
     if n > min(src.left, 100 << 20):
         raise ValueError(f"safetensors header length {n} runs past the section")
@@ -172,11 +195,14 @@ def st_read(src: Source) -> tuple:
     meta = head.pop("__metadata__", None)
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise ValueError("safetensors __metadata__ is not a str -> str map")
+    ents = _st_entries(head, src.left)
+    data = _data_buffer(src.left)
+    if data.numel():
+        src.readinto(data.numpy())
     out = {}
-    for a, b, k, dt, shape in _st_entries(head, src.left):
-        t = torch.empty(shape, dtype=dt)
-        if b > a:
-            src.readinto(_raw(t))
+    for a, b, k, dt, shape in ents:
+        raw = data[a:b] if a % dt.itemsize == 0 else data[a:b].clone()  # a clone is aligned
+        t = raw.view(dt).view(shape)
         if dt == torch.bool and bool((t.view(torch.uint8) > 1).any()):
             raise ValueError(f"bool tensor {k!r} holds a byte > 1")
         out[k] = t

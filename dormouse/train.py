@@ -18,7 +18,7 @@ from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import find_latest, save_run_ckpt
+from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id, save_run_ckpt
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
                              write_atomic, write_jsonl)
@@ -67,12 +67,18 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
     check_drift(snapshot, cfg, where=str(paths.config))
     old, new = flatten(snapshot), flatten(cfg_to_dict(cfg))
     seg_row["progress_changes"] = {k: [old.get(k), new[k]] for k in sorted(PROGRESS_KEYS) if old.get(k) != new[k]}
-    found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device)
+    found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device, cfg=cfg)
     if found is None:
         raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
                           "resume from, and starting from step 0 would replace that history. Restore its checkpoints, "
                           "or start over in a new run_dir (or run without resume, which replaces the history).")
     ck, tables, ck_path = found
+    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
+    pin = check_pin(ck, ck_path, cfg, run_id)  # another run: CheckpointError; another plan: DriftError
+    if pin is not None:  # the run's identity is carried unchanged
+        seg_row.update(run_id=pin["run_id"], run_started=pin["run_started"])
+    elif run_id is not None:
+        seg_row["run_id"] = run_id
     if cfg.steps < ck.step:
         raise ConfigError(f"steps={cfg.steps} is below step {ck.step}, which {paths.root} has already reached "
                           f"({ck_path.name}): a resume cannot train backwards. Pass steps >= {ck.step}.")
@@ -93,16 +99,19 @@ class Segment:
     start: int  # first step this segment trains
     rows: list  # metrics rows of the whole run so far
     lead: bool  # rank 0: the one writer
+    pin: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
 
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, allow_env_drift: bool, device: str,
                  di: DistInfo) -> Segment:
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % di.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {di.world}")
+    stamp = corpus_stamp(corpus.data.path)  # the file the run reads: checked before every checkpoint
     env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
+    started = datetime.datetime.now().isoformat(timespec="microseconds")
     row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
-           "progress_changes": {}, "time": datetime.datetime.now().isoformat(timespec="seconds")}
+           "progress_changes": {}, "time": started[:19], "run_id": new_run_id(cfg, started), "run_started": started}
     if resume:
         resume_into(parts, cfg, paths, env, allow_env_drift, device, row)
     elif paths.checkpoints():
@@ -115,7 +124,8 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     resumed = row["kind"] == "resume"
     lineage = read_lineage(paths.root) if resumed else []
     rows = [r for r in read_metrics(paths.root) if r["step"] < parts.step] if resumed else []
-    seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead)
+    seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead,
+                  make_pin(cfg, row["run_id"], row["run_started"], stamp))
     already = resumed and parts.step == cfg.steps  # nothing to train, so nothing is written
     if seg.lead and already:
         print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
@@ -165,7 +175,8 @@ def checkpoint(seg: Segment, cfg: TrainCfg, log: MetricsLog, di: DistInfo) -> No
     "Commit the run state at a step boundary: rows fsynced, rank 0 writes the pair, every rank waits."
     log.sync()
     if seg.lead:
-        save_run_ckpt(seg.paths.ckpt_dir, to_run_state(seg.parts, seg.env), seg.parts.tables, keep=cfg.keep_ckpts)
+        save_run_ckpt(seg.paths.ckpt_dir, to_run_state(seg.parts, seg.env), seg.parts.tables, keep=cfg.keep_ckpts,
+                      pin=seg.pin)
     barrier(di)
 
 def fingerprint(parts: Parts, step: int, di: DistInfo) -> str:

@@ -263,11 +263,6 @@ CASES.append(
         foreign_ckpt,
         1,
         ["d_model"],
-        marks=needs(
-            "train/container",
-            "a checkpoint of another model shape is a CheckpointError naming "
-            "what differs (today a load_state_dict RuntimeError)",
-        ),
     )
 )
 

@@ -73,7 +73,6 @@ def test_restore_takes_the_latch_with_its_reason_and_checks_it_against_the_flags
         restore(build_parts(cfg), state, None, cfg, path="x.dmck")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the container to carry RunState.latch (FallbackLatch.to_json) in meta")
 def test_a_resumed_run_still_says_why_its_latch_tripped(tmp_path):
     cfg = tiny_cfg(steps=10, quant="int8", quant_check=True, quant_tol=1e-9)
     fit(cfg, tmp_path / "run", progress=False)

@@ -51,6 +51,7 @@ def test_a_legacy_container_reports_exactly_what_this_plan_lacks(runs, tmp_path,
     out = capsys.readouterr().out
     assert f"LEGACY checkpoint (v{version}) {p}" in out, out
     said = [ln.strip()[2:] for ln in out.splitlines() if ln.startswith("  - ")]
-    assert [s.split(":")[0] for s in said] == lacks, said
+    # ... and how its sidecar was paired (a legacy container records no sidecar identity): said, not hidden
+    assert [s.split(":")[0] for s in said] == lacks + ["n-gram sidecar identity"], said
     seg = read_jsonl(RunPaths(run).lineage)[-1]
     assert seg["kind"] == "resume" and seg["legacy_missing"] == said

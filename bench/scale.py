@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The run guarantee at the seed's scale (issue 15): what the fingerprint, a checkpoint and a resume cost when the
+n-gram tables are big, as ratios measured in one run.
+
+One process builds the default model's parts (`dormouse.parts.build_parts`: model, AdamW, teacher when aux, tables)
+twice: with 2^16 slots and with 2^22 slots (`--big`), `ngram_dim` 64 as in `bench/ngram_slots.py` — 6.4 GB of
+weight + momentum at 2^22. Before building the big one it checks MemAvailable: when 2^22 would not fit comfortably
+(the state, a loaded copy is never held at the same time, plus 2 GB of headroom) it uses 2^21 and says so.
+
+Measured, and printed as ratios (PASS/FAIL against the issue's targets; exit status 0 either way):
+- fingerprint 2^big / 2^16: `state_fingerprint(parts)` — what the trainer computes every `log_every` steps — after
+  `--log-every` table steps on the trainer's own batches, alternating small and big, median of the paired ratios.
+  The tables' part is their kept digest (`NgramTables.digest`), so the cost follows the rows touched, not the slots;
+  the old cost (hashing every table byte) is printed once for the big tables as the reference.
+- bytes written per checkpoint / full state size: container + sidecar bytes of one `save_run_ckpt`, over the bytes
+  of every tensor of the run state. Today every checkpoint writes everything (table deltas are not built): ~1.0.
+- resume / torch.load: `load_run_ckpt` (container + sidecar, every byte checksummed; the tables' stored digest taken,
+  rows hashed at first touch) over `torch.load(weights_only=True)` of a `torch.save` of the same tensors (which
+  verifies nothing); after an fsync of both, alternating, best of `--load-rounds`, each file read through once just
+  before its load (at 2^22 the two files are 13 GB: they do not both stay in the page cache of a 24 GB machine).
+- the synchronous checkpoint save (`save_run_ckpt`: sidecar, container, fsyncs, rotation) — the loop's stall per
+  checkpoint today, since background checkpoints are not built: stall / synchronous save = 1.0.
+- peak extra memory during that save / state size (VmHWM reset through /proc/self/clear_refs, Linux).
+
+The I/O measurements at 2^big are single runs (6 GB each way); the load average is printed with them.
+Usage: .venv/bin/python bench/scale.py [--big 22] [--small 16] [--dim 64] [--repeats 15] [--dir DIR]
+"""
+import argparse, dataclasses, gc, hashlib, os, shutil, statistics, sys, tempfile, time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dormouse.checkpoints import load_run_ckpt, save_run_ckpt  # noqa: E402
+from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
+from dormouse.data import load_corpus  # noqa: E402
+from dormouse.ngram import _chunks, load_sidecar  # noqa: E402
+from dormouse.numerics import numeric_env  # noqa: E402
+from dormouse.parts import build_parts, state_fingerprint, to_run_state  # noqa: E402
+
+
+def status_kb(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def table_bytes(log2: int, dim: int, n_orders: int) -> int:
+    return 2 * n_orders * (1 << log2) * dim * 4
+
+
+def state_bytes(parts) -> int:
+    n = sum(t.numel() * t.element_size() for t in parts.model.state_dict().values())
+    if parts.teacher is not None:
+        n += sum(t.numel() * t.element_size() for t in parts.teacher.state_dict().values())
+    for st in parts.optim.state_dict()["state"].values():
+        n += sum(t.numel() * t.element_size() for t in st.values() if torch.is_tensor(t))
+    return n + 2 * parts.tables.weight.numel() * 4
+
+
+def table_steps(parts, pool, start: int, n: int):
+    "n lookup/backward/step rounds of the tables on the trainer's batches (the model is not stepped)."
+    proj = torch.linspace(-1, 1, parts.tables.dim * 8).view(parts.tables.dim, 8)
+    for i in range(start, start + n):
+        (parts.tables.lookup(pool[i % len(pool)]) @ proj).sin().sum().backward()
+        parts.tables.step()
+
+
+def warm(*paths):
+    "Read files once so that a timed load reads them from the page cache, not the disk (a shared disk is the noise)."
+    buf = bytearray(16 << 20)
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", type=int, default=16, help="log2 slots of the small tables")
+    ap.add_argument("--big", type=int, default=22, help="log2 slots of the big tables (2^21 if 2^22 does not fit)")
+    ap.add_argument("--dim", type=int, default=64, help="ModelCfg.ngram_dim")
+    ap.add_argument("--log-every", type=int, default=10, help="table steps between fingerprints")
+    ap.add_argument("--repeats", type=int, default=31, help="paired fingerprint measurements")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--load-rounds", type=int, default=2, help="alternating load rounds (best of)")
+    ap.add_argument("--dir", default=None, help="where checkpoints are written (default: a temp dir in bench/out)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    orders = ModelCfg().ngram_orders
+    big, note = a.big, ""
+    while big > a.small + 1 and mem_available() < 1.2 * table_bytes(big, a.dim, len(orders)) + (2 << 30):
+        note += (f" 2^{big} slots ({table_bytes(big, a.dim, len(orders)) / 2**30:.1f} GiB of tables) does not fit "
+                 f"comfortably in {mem_available() / 2**30:.1f} GiB available: using 2^{big - 1}.")
+        big -= 1
+    cfgs = {lg: TrainCfg(model=dataclasses.replace(ModelCfg(), ngram_slots=1 << lg, ngram_dim=a.dim))
+            for lg in (a.small, big)}
+    seq, batch = TrainCfg().seq_len, TrainCfg().batch  # the trainer's batch shape
+    corpus = load_corpus("", 0.05, seq)
+    pool = [corpus.batch_at(i, batch, seq)[0] for i in range(64)]
+    t_build, parts = timed(lambda: {lg: build_parts(cfg) for lg, cfg in cfgs.items()})
+    env = numeric_env(threads=torch.get_num_threads())
+
+    # fingerprints: after log_every table steps each, alternating small and big
+    times = {lg: [] for lg in parts}
+    for lg in parts:
+        table_steps(parts[lg], pool, 0, a.log_every)
+        state_fingerprint(parts[lg])  # warm-up
+    for r in range(a.repeats):
+        for lg in parts:
+            table_steps(parts[lg], pool, (r + 1) * a.log_every, a.log_every)
+            times[lg].append(timed(lambda: state_fingerprint(parts[lg]))[0])
+    fp_ratio = statistics.median(b / s for s, b in zip(times[a.small], times[big]))
+    tb = parts[big].tables
+    t_old, _ = timed(lambda: [hashlib.sha256().update(mv) for t in (tb.weight, tb.momentum) for mv in _chunks(t)])
+    t_full, full = timed(tb.full_digest)
+    assert full == tb.digest(), "kept digest differs from a full recomputation"
+
+    # one checkpoint of the big state: synchronous save, bytes written, peak extra memory
+    base = Path(a.dir) if a.dir else ROOT / "bench" / "out"
+    base.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(dir=base))
+    try:
+        p = parts[big]
+        p.step = 100
+        state = to_run_state(p, env)
+        nbytes = state_bytes(p)
+        rss0 = status_kb("VmRSS:")
+        Path("/proc/self/clear_refs").write_text("5")
+        t_save, ck = timed(lambda: save_run_ckpt(d / "ckpt", state, p.tables, keep=2))
+        extra = (status_kb("VmHWM:") - rss0) * 1024
+        written = sum(f.stat().st_size for f in (d / "ckpt").iterdir())
+        tpath = d / "state.pt"
+        obj = {"model": state.model, "optim": state.optim, "teacher": state.teacher,
+               "ngram": {"weight": p.tables.weight, "momentum": p.tables.momentum}}
+        t_tsave, _ = timed(lambda: torch.save(obj, tpath))
+        digest = p.tables.digest()
+        del obj, state, p, parts, tb
+        gc.collect()
+        os.sync()  # no writeback of the two files competes with the reads
+        load_avg = os.getloadavg()
+        t_load, t_tload, t_sc = [], [], []
+        for _ in range(a.load_rounds):  # alternating; each file read once just before (12 GB do not fit both warm)
+            warm(ck, ck.with_suffix(".ngram"))
+            dt, (ck2, tables2) = timed(lambda: load_run_ckpt(ck))
+            t_load.append(dt)
+            assert tables2.digest() == digest
+            del ck2, tables2
+            gc.collect()
+            t_sc.append(timed(lambda: load_sidecar(ck.with_suffix(".ngram")))[0])
+            gc.collect()
+            warm(tpath)
+            dt, tl = timed(lambda: torch.load(tpath, weights_only=True))
+            t_tload.append(dt)
+            del tl
+            gc.collect()
+        t_load, t_tload = min(t_load), min(t_tload)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+    print(f"bench/scale.py: torch {torch.__version__}, {torch.get_num_threads()} thread(s), orders {orders}, "
+          f"ngram_dim {a.dim}, batch {batch}x{seq}; load average {'%.1f %.1f %.1f' % os.getloadavg()} "
+          f"on {os.cpu_count()} CPUs (during the load: {'%.1f' % load_avg[0]}).{note}")
+    print(f"  built both in {t_build:.1f}s; state at 2^{big}: {nbytes / 1e9:.2f} GB "
+          f"({table_bytes(big, a.dim, len(orders)) / 1e9:.2f} GB of tables)")
+    for lg in (a.small, big):
+        print(f"  fingerprint at 2^{lg}: median {statistics.median(times[lg]) * 1e3:7.1f} ms "
+              f"(after {a.log_every} table steps, {a.repeats} repeats)")
+    print(f"  at 2^{big}: hashing every table byte (the old fingerprint's table part) {t_old * 1e3:.0f} ms; "
+          f"a full digest recomputation {t_full * 1e3:.0f} ms (equal to the kept one)")
+    print(f"  checkpoint at 2^{big}: save_run_ckpt {t_save:.2f} s for {written / 1e9:.2f} GB "
+          f"({written / t_save / 1e9:.2f} GB/s); torch.save of the same tensors {t_tsave:.2f} s")
+    print(f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (every byte verified); "
+          f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, "
+          f"files warm; "
+          f"of which the sidecar alone {min(t_sc):.2f} s")
+    rows = [  # (what, ratio, target, built this session)
+        (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10, True),
+        ("loop stall per checkpoint / synchronous save (no background save yet)", 1.0, 0.25, False),
+        ("bytes written per checkpoint / full state size (no table deltas yet)", written / nbytes, 0.20, False),
+        ("resume (load_run_ckpt) / torch.load(weights_only=True)", t_load / t_tload, 0.70, True),
+        ("peak extra memory during the checkpoint / state size", max(0, extra) / nbytes, 1.00, True),
+    ]
+    print()
+    for what, r, tgt, built in rows:
+        ok = r <= tgt
+        tail = "" if built else "   (not built this session)"
+        print(f"  {'PASS' if ok else 'FAIL'}  {what:<72} {r:6.2f}x  (target <= {tgt:.2f}x){tail}")
+    print(f"  synchronous checkpoint save (the loop's stall per checkpoint today): {t_save:.2f} s at 2^{big} slots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
