@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from dormouse.config import ConfigError, DriftError
+from dormouse.container import load_ckpt, save_ckpt
 from dormouse.rundir import RunPaths
 from dormouse.testing import assert_same_run, final_ckpt, tiny_cfg
 from dormouse.train import fit
@@ -58,4 +59,15 @@ def test_a_resume_that_would_be_another_run_is_refused_before_anything_is_writte
     before = _files(run)
     with pytest.raises(error, match=words):
         fit(dataclasses.replace(CFG, **change), run, resume=True, progress=False)
+    assert _files(run) == before
+
+
+def test_a_checkpoint_from_before_plan_pinning_is_still_checked_against_config_toml(ref, tmp_path):
+    run = tmp_path / "prepin"
+    shutil.copytree(ref, run)
+    for p in RunPaths(run).checkpoints():  # as written before containers pinned the plan
+        save_ckpt(p, dataclasses.replace(load_ckpt(p), pin=None))
+    before = _files(run)
+    with pytest.raises(DriftError, match="jepa_weight"):
+        fit(dataclasses.replace(CFG, jepa_weight=0.2), run, resume=True, progress=False)
     assert _files(run) == before
