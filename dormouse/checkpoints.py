@@ -342,7 +342,8 @@ class Committer:
         if self.background:
             snap, tb = snapshot(state, tables, into=self.spare)
             self.spare = (None, None)
-            self.pending = (path, self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin), (snap, tb))
+            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin)
+            self.pending = (path, commit, (snap, tb))
             return
         try:
             self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep, pin=self.pin)

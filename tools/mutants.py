@@ -102,9 +102,9 @@ MUTANTS = [
            [CRASH]),
     Mutant("sidecar_not_written_on_final_save",
            "item 7: a final save off the ckpt_every cadence writes no sidecar; the tables fall behind the model",
-           [edit("train.py", "to_run_state(seg.parts, seg.env), seg.parts.tables, keep=cfg.keep_ckpts,",
-                 "to_run_state(seg.parts, seg.env), seg.parts.tables if seg.parts.step % cfg.ckpt_every == 0 "
-                 "else None, keep=cfg.keep_ckpts,")],
+           [edit("train.py", "                    checkpoint(seg, log, di, commits)\n",
+                 "                    checkpoint(seg, log, di, commits) if done % cfg.ckpt_every == 0 else \\\n"
+                 "                        commits.submit(to_run_state(seg.parts, seg.env), None)\n")],
            [FINAL]),
     Mutant("sidecar_stamp_not_checked", "item 7: a sidecar stamped with another train_step pairs with the container",
            [edit("checkpoints.py", "    if hd.train_step != ck.step:", "    if False:"),
