@@ -12,6 +12,7 @@ tables are filled, then, on that one state, measured in this run:
 - snapshot memory: bytes copied ÷ the state's bytes (one snapshot in flight at most).
 Medians over `--reps`. Prints ratios with the target and PASS/FAIL; it is a benchmark, not a timed test.
 """
+
 from __future__ import annotations
 import argparse, dataclasses, shutil, statistics, sys, tempfile, time
 from pathlib import Path
@@ -88,11 +89,15 @@ def main():
     same = files[0] == files[1]
     shutil.rmtree(root)
     ratio = stall / sync
-    print(f"default model, ngram_slots={cfg.model.ngram_slots}: state {size / 1e6:.1f} MB "
-          f"(tables {2 * parts.tables.weight.numel() * 4 / 1e6:.1f} MB), {a.reps} reps, medians")
+    print(
+        f"default model, ngram_slots={cfg.model.ngram_slots}: state {size / 1e6:.1f} MB "
+        f"(tables {2 * parts.tables.weight.numel() * 4 / 1e6:.1f} MB), {a.reps} reps, medians"
+    )
     print(f"sync save            {1e3 * sync:9.2f} ms")
-    print(f"loop stall (submit)  {1e3 * stall:9.2f} ms   snapshot alone: {1e3 * statistics.median(reuse_t):.2f} ms "
-          f"(into fresh memory, the segment's first: {1e3 * statistics.median(fresh_t):.2f} ms)")
+    print(
+        f"loop stall (submit)  {1e3 * stall:9.2f} ms   snapshot alone: {1e3 * statistics.median(reuse_t):.2f} ms "
+        f"(into fresh memory, the segment's first: {1e3 * statistics.median(fresh_t):.2f} ms)"
+    )
     print(f"background commit    {1e3 * statistics.median(commit_t):9.2f} ms   (must fit inside ckpt_every steps)")
     print(f"snapshot memory / state size: {state_bytes(snap, tb) / size:.2f}   (target <= 1.0)")
     print(f"same files (names and bytes) from the background and the synchronous save: {same}")

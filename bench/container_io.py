@@ -16,12 +16,14 @@ What each baseline does:
 Issue 15 targets: load <= 0.7x torch.load(weights_only=True), save <= 1.05x raw write+fsync of the same bytes.
 The machine's load average is printed with the result: on a shared machine the ratios move with the neighbours.
 """
+
 from __future__ import annotations
 import argparse, json, os, statistics, subprocess, sys, tempfile, time, zlib
 from pathlib import Path
 
 import torch
 import xxhash
+
 try:
     import crc32c
 except ImportError:  # optional: only measured
@@ -46,8 +48,16 @@ def build_state(mb: float) -> RunState:
             p.grad = p.detach() * 0.01
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), foreach=False)
     opt.step()
-    return RunState(step=1000, model=model.state_dict(), optim=opt.state_dict(), teacher=None, flags=0, stress=None,
-                    table_step=1000, env=numeric_env(threads=torch.get_num_threads()))
+    return RunState(
+        step=1000,
+        model=model.state_dict(),
+        optim=opt.state_dict(),
+        teacher=None,
+        flags=0,
+        stress=None,
+        table_step=1000,
+        env=numeric_env(threads=torch.get_num_threads()),
+    )
 
 
 def state_bytes(s: RunState) -> int:
@@ -59,37 +69,45 @@ def state_bytes(s: RunState) -> int:
 
 def fsync_path(p: Path):
     fd = os.open(p, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def timed(fns: dict, reps: int) -> dict:
     "Median wall time of each function over `reps` rounds; the functions are interleaved round by round (after one"
     " warm-up call each), so a noisy neighbour slows all of them alike rather than whichever ran at the time."
-    for fn in fns.values(): fn()
+    for fn in fns.values():
+        fn()
     ts = {k: [] for k in fns}
     for r in range(reps):
-        for k in list(fns)[r % len(fns):] + list(fns)[:r % len(fns)]:
-            t = time.perf_counter(); fns[k](); ts[k].append(time.perf_counter() - t)
+        for k in list(fns)[r % len(fns) :] + list(fns)[: r % len(fns)]:
+            t = time.perf_counter()
+            fns[k]()
+            ts[k].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def raw_write(path: Path, buf: bytes):
     mv = memoryview(buf)
     with open(path, "wb", buffering=0) as f:
-        for i in range(0, len(mv), 4 << 20): f.write(mv[i:i + (4 << 20)])
+        for i in range(0, len(mv), 4 << 20):
+            f.write(mv[i : i + (4 << 20)])
         os.fsync(f.fileno())
 
 
 def torch_save_fsync(obj, path: Path):
     with open(path, "wb") as f:
         torch.save(obj, f)
-        f.flush(); os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _status_kb(key: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key): return int(line.split()[1])
+        if line.startswith(key):
+            return int(line.split()[1])
     raise KeyError(key)
 
 
@@ -98,15 +116,21 @@ def memory_child(mb: float, out: str, which: str) -> None:
     s = build_state(mb)
     before = _status_kb("VmRSS:")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM (peak RSS) to the current RSS
-    if which == "dormouse": save_ckpt(Path(out), s)
-    else: torch_save_fsync({"model": s.model, "optim": s.optim}, Path(out))
+    if which == "dormouse":
+        save_ckpt(Path(out), s)
+    else:
+        torch_save_fsync({"model": s.model, "optim": s.optim}, Path(out))
     peak = _status_kb("VmHWM:")
     print(json.dumps({"extra_bytes": (peak - before) * 1024, "state_bytes": state_bytes(s)}))
 
 
 def measure_memory(mb: float, d: Path, which: str) -> dict:
-    r = subprocess.run([sys.executable, __file__, "--child-mem", which, "--mb", str(mb), "--dir", str(d)],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, __file__, "--child-mem", which, "--mb", str(mb), "--dir", str(d)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -132,33 +156,65 @@ def main():
     size = ours.stat().st_size
     buf = os.urandom(size)
     tp2 = d / "state2.pt"
-    t = timed({"save": lambda: save_ckpt(ours, s), "tsave": lambda: torch.save(obj, tp),
-               "tsave_sync": lambda: torch_save_fsync(obj, tp2), "raw": lambda: raw_write(rp, buf)}, a.reps)
+    t = timed(
+        {
+            "save": lambda: save_ckpt(ours, s),
+            "tsave": lambda: torch.save(obj, tp),
+            "tsave_sync": lambda: torch_save_fsync(obj, tp2),
+            "raw": lambda: raw_write(rp, buf),
+        },
+        a.reps,
+    )
     t_save, t_tsave, t_tsave_sync, t_raw = t["save"], t["tsave"], t["tsave_sync"], t["raw"]
-    del buf
+    buf = None  # free it (a name the lambdas above close over: rebound, not deleted)
     whole = ours.read_bytes()
-    t = timed({"load": lambda: load_ckpt(ours), "tload": lambda: torch.load(tp, weights_only=True),
-               "crc": lambda: zlib.crc32(whole), "xxh3": lambda: xxhash.xxh3_64_intdigest(whole),
-               **({"crc32c": lambda: crc32c.crc32c(whole)} if crc32c else {})}, 2 * a.reps)
+    t = timed(
+        {
+            "load": lambda: load_ckpt(ours),
+            "tload": lambda: torch.load(tp, weights_only=True),
+            "crc": lambda: zlib.crc32(whole),
+            "xxh3": lambda: xxhash.xxh3_64_intdigest(whole),
+            **({"crc32c": lambda: crc32c.crc32c(whole)} if crc32c else {}),
+        },
+        2 * a.reps,
+    )
     t_load, t_tload, t_crc, t_xxh = t["load"], t["tload"], t["crc"], t["xxh3"]
     t_c32c = t.get("crc32c")
-    del whole
+    whole = None
     mem = measure_memory(a.mb, d, "dormouse")
     mem_t = measure_memory(a.mb, d, "torch")
 
-    try: load = "load average %.1f %.1f %.1f on %d CPUs" % (*os.getloadavg(), os.cpu_count())
-    except OSError: load = "load average unknown"
+    try:
+        load = "load average %.1f %.1f %.1f on %d CPUs" % (*os.getloadavg(), os.cpu_count())
+    except OSError:
+        load = "load average unknown"
     print(f"container I/O benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, dir {d}; {load}")
-    print(f"state: {nbytes / 1e6:.1f} MB tensors (model {sum(t.numel() for t in s.model.values()) * 4 / 1e6:.1f} MB + AdamW), "
-          f"v3 file {size / 1e6:.1f} MB, torch.save file {tp.stat().st_size / 1e6:.1f} MB; median of {a.reps}")
-    print(f"  dormouse save {t_save * 1e3:8.1f} ms   torch.save {t_tsave * 1e3:8.1f} ms   torch.save+fsync {t_tsave_sync * 1e3:8.1f} ms")
-    print(f"  dormouse load {t_load * 1e3:8.1f} ms   torch.load(weights_only) {t_tload * 1e3:8.1f} ms   "
-          f"(torch.load verifies no checksum: a flipped bit loads)")
+    print(
+        f"state: {nbytes / 1e6:.1f} MB tensors "
+        f"(model {sum(t.numel() for t in s.model.values()) * 4 / 1e6:.1f} MB + AdamW), "
+        f"v3 file {size / 1e6:.1f} MB, torch.save file {tp.stat().st_size / 1e6:.1f} MB; median of {a.reps}"
+    )
+    print(
+        f"  dormouse save {t_save * 1e3:8.1f} ms   torch.save {t_tsave * 1e3:8.1f} ms   "
+        f"torch.save+fsync {t_tsave_sync * 1e3:8.1f} ms"
+    )
+    print(
+        f"  dormouse load {t_load * 1e3:8.1f} ms   torch.load(weights_only) {t_tload * 1e3:8.1f} ms   "
+        f"(torch.load verifies no checksum: a flipped bit loads)"
+    )
     gbs = lambda dt: f"{size / dt / 1e9:5.1f} GB/s ({dt * 1e3:5.1f} ms)"
-    print(f"  checksum over the whole file: zlib.crc32 {gbs(t_crc)}   xxh3_64 {gbs(t_xxh)}   "
-          + (f"crc32c {gbs(t_c32c)}" if t_c32c else "crc32c not installed"))
-    print(f"  raw write+fsync {t_raw * 1e3:8.1f} ms  ({size / t_raw / 1e6:.0f} MB/s); dormouse save {size / t_save / 1e6:.0f} MB/s")
-    print(f"  peak extra RSS during save: dormouse {mem['extra_bytes'] / 1e6:.1f} MB, torch.save+fsync {mem_t['extra_bytes'] / 1e6:.1f} MB")
+    print(
+        f"  checksum over the whole file: zlib.crc32 {gbs(t_crc)}   xxh3_64 {gbs(t_xxh)}   "
+        + (f"crc32c {gbs(t_c32c)}" if t_c32c else "crc32c not installed")
+    )
+    print(
+        f"  raw write+fsync {t_raw * 1e3:8.1f} ms  ({size / t_raw / 1e6:.0f} MB/s); "
+        f"dormouse save {size / t_save / 1e6:.0f} MB/s"
+    )
+    print(
+        f"  peak extra RSS during save: dormouse {mem['extra_bytes'] / 1e6:.1f} MB, "
+        f"torch.save+fsync {mem_t['extra_bytes'] / 1e6:.1f} MB"
+    )
     rows = [  # (what, measured ratio, target, pass when <= target (True) or >= target (False))
         ("save time / torch.save time (torch.save does not fsync)", t_save / t_tsave, 1.0, True),
         ("save time / (torch.save + fsync) time (same durability)", t_save / t_tsave_sync, 1.0, True),
@@ -173,8 +229,12 @@ def main():
         fails += not ok
         miss = "" if ok else f"   missed by {abs(r - tgt) / tgt * 100:.0f}% of the target"
         print(f"  {'PASS' if ok else 'FAIL'}  {what:<58} {r:6.2f}x  (target {'<=' if le else '>='} {tgt:.2f}x){miss}")
-    print(f"\n  {len(rows) - fails} of {len(rows)} targets met (exit status 0 either way: this is a measurement, not a gate)")
-    for p in d.iterdir(): p.unlink()
+    print(
+        f"\n  {len(rows) - fails} of {len(rows)} targets met "
+        "(exit status 0 either way: this is a measurement, not a gate)"
+    )
+    for p in d.iterdir():
+        p.unlink()
     d.rmdir()
 
 

@@ -11,7 +11,8 @@ average is printed beside the numbers, because a loaded machine only changes the
 
     python bench/curve_noise.py [--steps 300] [--threads 1]
 """
-import argparse, dataclasses, os, tempfile, time
+
+import argparse, os, tempfile, time
 from pathlib import Path
 
 from dormouse.config import ModelCfg, TrainCfg
@@ -20,11 +21,34 @@ from dormouse.train import fit
 
 def small_cfg(order: str, steps: int, threads: int) -> TrainCfg:
     "A minutes-scale config: a narrow model, the default corpus, one eval at the end on 256 held-out sequences."
-    m = ModelCfg(d_model=64, n_heads=2, depth=2, factor_rank=32, mlp_mult=4, ngram_orders=[2, 3, 4],
-                 ngram_slots=1 << 13, ngram_dim=16)
-    return TrainCfg(model=m, data_order=order, seq_len=128, batch=16, steps=steps, lr=3e-3, min_lr=3e-4, warmup=20,
-                    decay_start=steps // 3, decay_steps=steps, threads=threads, log_every=50, ckpt_every=steps,
-                    eval_every=steps, eval_batches=16, eval_depths=[2])
+    m = ModelCfg(
+        d_model=64,
+        n_heads=2,
+        depth=2,
+        factor_rank=32,
+        mlp_mult=4,
+        ngram_orders=[2, 3, 4],
+        ngram_slots=1 << 13,
+        ngram_dim=16,
+    )
+    return TrainCfg(
+        model=m,
+        data_order=order,
+        seq_len=128,
+        batch=16,
+        steps=steps,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup=20,
+        decay_start=steps // 3,
+        decay_steps=steps,
+        threads=threads,
+        log_every=50,
+        ckpt_every=steps,
+        eval_every=steps,
+        eval_batches=16,
+        eval_depths=[2],
+    )
 
 
 def main() -> None:
@@ -37,18 +61,22 @@ def main() -> None:
         for order in ["stream", "shuffled"]:
             t0 = time.time()
             df = fit(small_cfg(order, a.steps, a.threads), Path(tmp) / order, progress=False)
-            half = df.loss.iloc[len(df) // 2:]
+            half = df.loss.iloc[len(df) // 2 :]
             bpb = float(df["eval_bpb_d2"].dropna().iloc[-1])
             res[order] = dict(std=float(half.std()), mean=float(half.mean()), bpb=bpb, wall=time.time() - t0)
             r = res[order]
-            print(f"{order:9s} train loss over steps {len(df) // 2}..{len(df) - 1}: "
-                  f"mean {r['mean']:.3f} std {r['std']:.3f} nats; held-out {r['bpb']:.3f} bits/byte "
-                  f"({r['wall']:.0f} s)")
+            print(
+                f"{order:9s} train loss over steps {len(df) // 2}..{len(df) - 1}: "
+                f"mean {r['mean']:.3f} std {r['std']:.3f} nats; held-out {r['bpb']:.3f} bits/byte "
+                f"({r['wall']:.0f} s)"
+            )
     std_ratio = res["stream"]["std"] / res["shuffled"]["std"]
     bpb_ratio = res["shuffled"]["bpb"] / res["stream"]["bpb"]
-    print(f"std ratio stream/shuffled {std_ratio:.2f}x (target >= 3)  "
-          f"held-out bpb ratio shuffled/stream {bpb_ratio:.3f} (target <= 1)  "
-          f"[load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores]")
+    print(
+        f"std ratio stream/shuffled {std_ratio:.2f}x (target >= 3)  "
+        f"held-out bpb ratio shuffled/stream {bpb_ratio:.3f} (target <= 1)  "
+        f"[load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores]"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ per rank the same code scales with the ranks.
 
 Usage: python bench/ddp_scaling.py [--steps 60] [--cores 2]
 """
+
 import argparse, json, os, subprocess, sys, tempfile
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def main():
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args()
     from dormouse.config import TrainCfg
+
     cfg = TrainCfg()
     warm = min(10, args.steps // 3)
     common = ["--steps", str(args.steps), "--ckpt-every", str(10 * args.steps), "--log-every", "10", "--quiet"]
@@ -36,22 +38,58 @@ def main():
         cfgf = t / "cfg.toml"
         cfgf.write_text("eval = false\n")
         one = t / "one"
-        r = subprocess.run([sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfgf), "--run-dir", str(one),
-                            "--threads", str(args.cores), *common], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dormouse.cli",
+                "train",
+                "--config",
+                str(cfgf),
+                "--run-dir",
+                str(one),
+                "--threads",
+                str(args.cores),
+                *common,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             sys.exit(r.stderr)
         two = t / "two"
-        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                            "-m", "dormouse.cli", "train", "--config", str(cfgf), "--run-dir", str(two),
-                            "--threads", str(max(1, args.cores // 2)), *common],
-                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(max(1, args.cores // 2))})
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node=2",
+                "-m",
+                "dormouse.cli",
+                "train",
+                "--config",
+                str(cfgf),
+                "--run-dir",
+                str(two),
+                "--threads",
+                str(max(1, args.cores // 2)),
+                *common,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": str(max(1, args.cores // 2))},
+        )
         if r.returncode:
             sys.exit(r.stdout + r.stderr)
         a = steady_tok_s(one, cfg.batch, cfg.seq_len, warm)
         b = steady_tok_s(two, cfg.batch, cfg.seq_len, warm)
     print(f"1 rank x {args.cores} threads: {a:,.0f} tok/s")
     print(f"2 ranks x {max(1, args.cores // 2)} thread(s): {b:,.0f} tok/s")
-    print(f"2-rank / 1-rank tokens/s: {b / a:.2f}x (same global batch; on {args.cores} cores the ranks share the cores, see the docstring)")
+    print(
+        f"2-rank / 1-rank tokens/s: {b / a:.2f}x "
+        f"(same global batch; on {args.cores} cores the ranks share the cores, see the docstring)"
+    )
 
 
 if __name__ == "__main__":

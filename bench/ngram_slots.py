@@ -24,6 +24,7 @@ construction), so no step pays first-touch page faults; a table loaded from a si
 Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target.
 Usage: .venv/bin/python bench/ngram_slots.py [--data corpus|random] [--small 16] [--big 22] [--repeats 400] ...
 """
+
 import argparse, os, statistics, sys, time
 import numpy as np
 import torch
@@ -42,13 +43,19 @@ def main(argv=None):
     ap.add_argument("--d-model", type=int, default=128, help="projection width (ModelCfg.d_model)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; 1 by default: on a shared machine more threads than free cores make the "
-                         "median measure the neighbours (OpenMP waits), not the tables")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads; 1 by default: on a shared machine more threads than free cores make the "
+        "median measure the neighbours (OpenMP waits), not the tables",
+    )
     ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per table before timing")
     ap.add_argument("--repeats", type=int, default=400, help="timed steps per table, alternating (median is reported)")
     ap.add_argument("--pool", type=int, default=256, help="distinct batches cycled through")
-    ap.add_argument("--data", choices=["corpus", "random"], default="corpus", help="trainer batches, or keyed random bytes")
+    ap.add_argument(
+        "--data", choices=["corpus", "random"], default="corpus", help="trainer batches, or keyed random bytes"
+    )
     ap.add_argument("--target", type=float, default=1.10, help="fail when big/small exceeds this")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -57,20 +64,27 @@ def main(argv=None):
     n = a.batch * a.seq
     if a.data == "corpus":
         from dormouse.data import load_corpus
+
         corpus = load_corpus("", 0.05, a.seq)
         pool = [corpus.batch_at(i, a.batch, a.seq)[0] for i in range(a.pool)]
     else:
-        pool = [torch.from_numpy(keyed_randint(1, i, STREAM_BENCH, 0, 255, n).reshape(a.batch, a.seq)) for i in range(a.pool)]
-    proj_init = torch.from_numpy(keyed_normal(1, 0, STREAM_BENCH, a.dim * a.d_model).astype(np.float32)).view(a.dim, a.d_model)
+        pool = [
+            torch.from_numpy(keyed_randint(1, i, STREAM_BENCH, 0, 255, n).reshape(a.batch, a.seq))
+            for i in range(a.pool)
+        ]
+    proj_init = torch.from_numpy(keyed_normal(1, 0, STREAM_BENCH, a.dim * a.d_model).astype(np.float32)).view(
+        a.dim, a.d_model
+    )
 
     class Case:
         def __init__(self, log2):
             self.log2, self.i, self.times, self.touched = log2, 0, [], []
             self.tables = NgramTables(orders, 1 << log2, a.dim, lr=0.05, momentum=0.9)
-            self.proj = (proj_init * a.dim ** -0.5).requires_grad_(True)
+            self.proj = (proj_init * a.dim**-0.5).requires_grad_(True)
 
         def step(self):
-            x = pool[self.i % len(pool)]; self.i += 1
+            x = pool[self.i % len(pool)]
+            self.i += 1
             feats = self.tables.lookup(x)
             loss = (feats @ self.proj).square().mean()
             loss.backward()
@@ -87,27 +101,40 @@ def main(argv=None):
     small, big = Case(a.small), Case(a.big)
     t_alloc = time.perf_counter() - t_alloc
     for c in (small, big):
-        for _ in range(a.warmup): c.step()
+        for _ in range(a.warmup):
+            c.step()
     for _ in range(a.repeats):
-        small.timed(); big.timed()
+        small.timed()
+        big.timed()
 
     ms = {c.log2: statistics.median(c.times) * 1e3 for c in (small, big)}
     mb = lambda c: 2 * c.tables.weight.numel() * 4 / 2**20
-    try: load = "load average %.1f %.1f %.1f on %d CPUs; " % (*os.getloadavg(), os.cpu_count())
-    except OSError: load = ""
-    print(f"{load}data={a.data} threads={a.threads} orders={orders} dim={a.dim} batch={a.batch}x{a.seq} d_model={a.d_model} "
-          f"repeats={a.repeats} alternating steps (allocation of both tables: {t_alloc:.1f}s)")
+    try:
+        load = "load average %.1f %.1f %.1f on %d CPUs; " % (*os.getloadavg(), os.cpu_count())
+    except OSError:
+        load = ""
+    print(
+        f"{load}data={a.data} threads={a.threads} orders={orders} dim={a.dim} batch={a.batch}x{a.seq} "
+        f"d_model={a.d_model} "
+        f"repeats={a.repeats} alternating steps (allocation of both tables: {t_alloc:.1f}s)"
+    )
     for c in (small, big):
         q = statistics.quantiles(c.times, n=4)
-        print(f"  2^{c.log2} slots ({mb(c):8.0f} MiB weight+momentum): median {ms[c.log2]:7.3f} ms/step "
-              f"[min {min(c.times) * 1e3:.3f}, p25 {q[0] * 1e3:.3f}, p75 {q[2] * 1e3:.3f}], "
-              f"touched rows/step ~{int(statistics.median(c.touched))}")
+        print(
+            f"  2^{c.log2} slots ({mb(c):8.0f} MiB weight+momentum): median {ms[c.log2]:7.3f} ms/step "
+            f"[min {min(c.times) * 1e3:.3f}, p25 {q[0] * 1e3:.3f}, p75 {q[2] * 1e3:.3f}], "
+            f"touched rows/step ~{int(statistics.median(c.touched))}"
+        )
     try:  # how much of the tables got transparent huge pages (Linux): without them the big table pays TLB misses
         hp = [int(l.split()[1]) for l in open("/proc/self/smaps_rollup") if l.startswith("AnonHugePages:")][0] / 1024
         print(f"  transparent huge pages in this process: {hp:.0f} MiB (tables: {mb(small) + mb(big):.0f} MiB)")
-    except (OSError, IndexError): pass
+    except (OSError, IndexError):
+        pass
     ratio = statistics.median(bt / st for st, bt in zip(small.times, big.times))
-    print(f"  ratio of the two medians: {ms[a.big] / ms[a.small]:.2f}x; median of the {a.repeats} paired ratios (gated): {ratio:.2f}x")
+    print(
+        f"  ratio of the two medians: {ms[a.big] / ms[a.small]:.2f}x; "
+        f"median of the {a.repeats} paired ratios (gated): {ratio:.2f}x"
+    )
     print(f"ngram step time 2^{a.big} / 2^{a.small} slots: {ratio:.2f}x (target <= {a.target:.2f})")
     return 0 if ratio <= a.target else 1
 

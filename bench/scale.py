@@ -25,6 +25,7 @@ Measured, and printed as ratios (PASS/FAIL against the issue's targets; exit sta
 The I/O measurements at 2^big are single runs (6 GB each way); the load average is printed with them.
 Usage: .venv/bin/python bench/scale.py [--big 22] [--small 16] [--dim 64] [--repeats 15] [--dir DIR]
 """
+
 import argparse, dataclasses, gc, hashlib, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 
@@ -105,11 +106,15 @@ def main(argv=None):
     orders = ModelCfg().ngram_orders
     big, note = a.big, ""
     while big > a.small + 1 and mem_available() < 1.2 * table_bytes(big, a.dim, len(orders)) + (2 << 30):
-        note += (f" 2^{big} slots ({table_bytes(big, a.dim, len(orders)) / 2**30:.1f} GiB of tables) does not fit "
-                 f"comfortably in {mem_available() / 2**30:.1f} GiB available: using 2^{big - 1}.")
+        note += (
+            f" 2^{big} slots ({table_bytes(big, a.dim, len(orders)) / 2**30:.1f} GiB of tables) does not fit "
+            f"comfortably in {mem_available() / 2**30:.1f} GiB available: using 2^{big - 1}."
+        )
         big -= 1
-    cfgs = {lg: TrainCfg(model=dataclasses.replace(ModelCfg(), ngram_slots=1 << lg, ngram_dim=a.dim))
-            for lg in (a.small, big)}
+    cfgs = {
+        lg: TrainCfg(model=dataclasses.replace(ModelCfg(), ngram_slots=1 << lg, ngram_dim=a.dim))
+        for lg in (a.small, big)
+    }
     seq, batch = TrainCfg().seq_len, TrainCfg().batch  # the trainer's batch shape
     corpus = load_corpus("", 0.05, seq)
     pool = [corpus.batch_at(i, batch, seq)[0] for i in range(64)]
@@ -146,11 +151,15 @@ def main(argv=None):
         extra = (status_kb("VmHWM:") - rss0) * 1024
         written = sum(f.stat().st_size for f in (d / "ckpt").iterdir())
         tpath = d / "state.pt"
-        obj = {"model": state.model, "optim": state.optim, "teacher": state.teacher,
-               "ngram": {"weight": p.tables.weight, "momentum": p.tables.momentum}}
+        obj = {
+            "model": state.model,
+            "optim": state.optim,
+            "teacher": state.teacher,
+            "ngram": {"weight": p.tables.weight, "momentum": p.tables.momentum},
+        }
         t_tsave, _ = timed(lambda: torch.save(obj, tpath))
         digest = p.tables.digest()
-        del obj, state, p, parts, tb
+        obj = state = p = parts = tb = None  # free them (names closed over by the lambdas above: rebound, not deleted)
         gc.collect()
         os.sync()  # no writeback of the two files competes with the reads
         load_avg = os.getloadavg()
@@ -173,22 +182,34 @@ def main(argv=None):
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
-    print(f"bench/scale.py: torch {torch.__version__}, {torch.get_num_threads()} thread(s), orders {orders}, "
-          f"ngram_dim {a.dim}, batch {batch}x{seq}; load average {'%.1f %.1f %.1f' % os.getloadavg()} "
-          f"on {os.cpu_count()} CPUs (during the load: {'%.1f' % load_avg[0]}).{note}")
-    print(f"  built both in {t_build:.1f}s; state at 2^{big}: {nbytes / 1e9:.2f} GB "
-          f"({table_bytes(big, a.dim, len(orders)) / 1e9:.2f} GB of tables)")
+    print(
+        f"bench/scale.py: torch {torch.__version__}, {torch.get_num_threads()} thread(s), orders {orders}, "
+        f"ngram_dim {a.dim}, batch {batch}x{seq}; load average {'%.1f %.1f %.1f' % os.getloadavg()} "
+        f"on {os.cpu_count()} CPUs (during the load: {'%.1f' % load_avg[0]}).{note}"
+    )
+    print(
+        f"  built both in {t_build:.1f}s; state at 2^{big}: {nbytes / 1e9:.2f} GB "
+        f"({table_bytes(big, a.dim, len(orders)) / 1e9:.2f} GB of tables)"
+    )
     for lg in (a.small, big):
-        print(f"  fingerprint at 2^{lg}: median {statistics.median(times[lg]) * 1e3:7.1f} ms "
-              f"(after {a.log_every} table steps, {a.repeats} repeats)")
-    print(f"  at 2^{big}: hashing every table byte (the old fingerprint's table part) {t_old * 1e3:.0f} ms; "
-          f"a full digest recomputation {t_full * 1e3:.0f} ms (equal to the kept one)")
-    print(f"  checkpoint at 2^{big}: save_run_ckpt {t_save:.2f} s for {written / 1e9:.2f} GB "
-          f"({written / t_save / 1e9:.2f} GB/s); torch.save of the same tensors {t_tsave:.2f} s")
-    print(f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (every byte verified); "
-          f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, "
-          f"files warm; "
-          f"of which the sidecar alone {min(t_sc):.2f} s")
+        print(
+            f"  fingerprint at 2^{lg}: median {statistics.median(times[lg]) * 1e3:7.1f} ms "
+            f"(after {a.log_every} table steps, {a.repeats} repeats)"
+        )
+    print(
+        f"  at 2^{big}: hashing every table byte (the old fingerprint's table part) {t_old * 1e3:.0f} ms; "
+        f"a full digest recomputation {t_full * 1e3:.0f} ms (equal to the kept one)"
+    )
+    print(
+        f"  checkpoint at 2^{big}: save_run_ckpt {t_save:.2f} s for {written / 1e9:.2f} GB "
+        f"({written / t_save / 1e9:.2f} GB/s); torch.save of the same tensors {t_tsave:.2f} s"
+    )
+    print(
+        f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (every byte verified); "
+        f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, "
+        f"files warm; "
+        f"of which the sidecar alone {min(t_sc):.2f} s"
+    )
     rows = [  # (what, ratio, target, built this session)
         (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10, True),
         ("loop stall per checkpoint / synchronous save (no background save yet)", 1.0, 0.25, False),

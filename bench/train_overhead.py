@@ -16,8 +16,9 @@
    (or 20x) with whatever else runs. Two ways to pair the two sides against that noise:
    --mode steps (default): one `fit` run, and next to each of its `train_step` calls (after it on even
      steps, before it on odd ones) the hand loop takes its own step (a patched-in wrapper; the hand loop
-     has separate parts, so fit's state and results are untouched). A load burst hits both sides of the same step. The hand step's wall time is
-     timed exactly and subtracted from fit's "t" window, leaving fit's own time.
+     has separate parts, so fit's state and results are untouched). A load burst hits both sides of the same
+     step. The hand step's wall time is timed exactly and subtracted from fit's "t" window, leaving fit's own
+     time.
    --mode runs: whole runs alternate, hand, fit, hand, fit, ... (finer than runs is impossible without
      reaching into fit). Cleaner in isolation, but only as good as the machine's quiet between runs.
    Each round prints fit/hand from its window sums of the "t" column (hand time taken out in steps mode).
@@ -44,6 +45,7 @@ the exit code is 0 unless it crashes.
 Usage: .venv/bin/python bench/train_overhead.py [--mode steps|runs] [--steps 150] [--rounds 2] [--threads 2]
        [--ckpt-every 50] [--log-every 10] [--q 0.25] [--quick] [--dir D]
 """
+
 import argparse, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 import torch
@@ -62,6 +64,7 @@ TARGET = 0.95
 
 class HandLoop:
     "The bare training loop over its own fresh parts; `step(i)` takes training step i."
+
     def __init__(self, cfg: TrainCfg, corpus):
         self.cfg, self.corpus, self.pb = cfg, corpus, pre_batches(cfg)
         self.parts = build_parts(cfg)
@@ -111,8 +114,19 @@ class Timers:
     """While entered: every call fit makes to its bookkeeping functions is timed (wall, per call), and with
     `pair` a hand-loop step runs next to each of fit's `train_step` calls (after it on even steps, before it on
     odd ones), timed separately by step."""
-    FUNCS = ("train_step", "state_fingerprint", "to_run_state", "save_run_ckpt", "append_jsonl", "write_jsonl",
-             "evaluate", "check_fingerprints", "agree_max", "barrier")
+
+    FUNCS = (
+        "train_step",
+        "state_fingerprint",
+        "to_run_state",
+        "save_run_ckpt",
+        "append_jsonl",
+        "write_jsonl",
+        "evaluate",
+        "check_fingerprints",
+        "agree_max",
+        "barrier",
+    )
     METHODS = ("write", "sync")  # of MetricsLog, where dormouse.train has one
 
     def __init__(self):
@@ -126,10 +140,12 @@ class Timers:
         orig = getattr(owner, attr)
         calls = self.calls.setdefault(label, [])
         paired = attr == "train_step"
+
         def hand_step(step):
             t = time.perf_counter()
             self.pair.step(step)
             self.pair_dt[step] = time.perf_counter() - t
+
         def timed(*a, **kw):
             step = (a[3] if len(a) > 3 else kw["step"]) if paired else None  # train_step(parts, corpus, cfg, step, ...)
             pair = paired and self.pair is not None
@@ -145,6 +161,7 @@ class Timers:
             if pair and not step % 2:
                 hand_step(step)
             return out
+
         setattr(owner, attr, timed)
         self._undo.append((owner, attr, orig))
 
@@ -171,8 +188,10 @@ def step_flops(cfg: TrainCfg, corpus) -> tuple[int, dict]:
     aten = torch.ops.aten
     fwd = lambda q, k, v, *a, out_shape=None, **kw: sdpa_flop_count(q, k, v)
     bwd = lambda go, q, k, v, *a, out_shape=None, **kw: sdpa_backward_flop_count(go, q, k, v)
-    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: fwd,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd}
+    mapping = {
+        aten._scaled_dot_product_flash_attention_for_cpu: fwd,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd,
+    }
     with FlopCounterMode(display=False, custom_mapping=mapping) as fc:
         loss, _, _ = compute_losses(parts.model, None, x, y, cfg.model.depth, parts.tables.lookup(x), None, 0.0)
         loss.backward()
@@ -193,15 +212,19 @@ def matmul_peak(threads: int, reps: int = 7) -> tuple[float, dict]:
             t = time.perf_counter()
             for _ in range(inner):
                 torch.mm(a, b)
-            rate = max(rate, 2 * n ** 3 * inner / (time.perf_counter() - t))
+            rate = max(rate, 2 * n**3 * inner / (time.perf_counter() - t))
         best[n] = rate
     return max(best.values()), best
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["steps", "runs"], default="steps",
-                    help="steps: hand step after each fit step, in one run; runs: whole runs alternate")
+    ap.add_argument(
+        "--mode",
+        choices=["steps", "runs"],
+        default="steps",
+        help="steps: hand step after each fit step, in one run; runs: whole runs alternate",
+    )
     ap.add_argument("--steps", type=int, default=150, help="steps per run; a multiple of --ckpt-every, at least 2x it")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (a paired fit run, or a hand run + a fit run)")
     ap.add_argument("--q", type=float, default=0.25, help="quantile of per-step / per-call times the headline uses")
@@ -225,11 +248,15 @@ def main(argv=None):
     n_params = sum(p.numel() for p in build_parts(cfg).model.parameters())
     w0 = cfg.ckpt_every - 1
     n_win = cfg.steps - 1 - w0
-    print(f"model: default ModelCfg d_model={m.d_model} depth={m.depth} rank={m.factor_rank} ({n_params:,} params), "
-          f"batch {cfg.batch}x{cfg.seq_len}, threads {cfg.threads}, torch {torch.__version__}, "
-          f"{os.cpu_count()} cpus, load avg {os.getloadavg()[0]:.1f}")
-    print(f"fit: {cfg.steps} steps, checkpoint every {cfg.ckpt_every}, fingerprint every {cfg.log_every}, eval off, "
-          f"progress off; steady window = steps {w0 + 1}..{cfg.steps - 1} ({n_win} steps); mode {a.mode}")
+    print(
+        f"model: default ModelCfg d_model={m.d_model} depth={m.depth} rank={m.factor_rank} ({n_params:,} params), "
+        f"batch {cfg.batch}x{cfg.seq_len}, threads {cfg.threads}, torch {torch.__version__}, "
+        f"{os.cpu_count()} cpus, load avg {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"fit: {cfg.steps} steps, checkpoint every {cfg.ckpt_every}, fingerprint every {cfg.log_every}, eval off, "
+        f"progress off; steady window = steps {w0 + 1}..{cfg.steps - 1} ({n_win} steps); mode {a.mode}"
+    )
 
     parent = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="dormouse_overhead_"))
     parent.mkdir(parents=True, exist_ok=True)
@@ -256,8 +283,10 @@ def main(argv=None):
                     timers.pair = HandLoop(cfg, corpus)
                     fts = fit_run(cfg, run_dir)
                 if len(timers.pair_dt) != cfg.steps:
-                    raise RuntimeError("fit did not call dormouse.train.train_step once per step; this benchmark's pairing "
-                                       "patches that name -- update it to where fit's step now lives")
+                    raise RuntimeError(
+                        "fit did not call dormouse.train.train_step once per step; this benchmark's pairing "
+                        "patches that name -- update it to where fit's step now lives"
+                    )
                 hand_s = {s: timers.pair_dt[s] for s in win}
                 fit_e = {s: fts[s] - fts[s - 1] - hand_s[s] for s in win}  # fit's own time: the hand step taken out
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -266,16 +295,24 @@ def main(argv=None):
             hand_all += hand_s.values()
             fit_train += [timers.fit_dt[s] for s in win]
             rest_plain += [fit_e[s] - timers.fit_dt[s] for s in plain]
-            print(f"  round {r}: hand {h:6.3f} steps/s ({1e3 / h:6.1f} ms/step)   fit {f:6.3f} steps/s "
-                  f"({1e3 / f:6.1f} ms/step)   fit/hand {f / h:.3f}   (load avg {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"  round {r}: hand {h:6.3f} steps/s ({1e3 / h:6.1f} ms/step)   fit {f:6.3f} steps/s "
+                f"({1e3 / f:6.1f} ms/step)   fit/hand {f / h:.3f}   (load avg {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
         raw = statistics.median(ratios)
         hand_ms = 1e3 * lowq(hand_all, a.q)
         hand_rate = 1e3 / hand_ms
 
         # where fit's time goes, per training step, from low quantiles (busy neighbours only ever add time)
         timers.calls.pop("train_step", None)
-        lines = [(1e3 * lowq(fit_train, a.q) - hand_ms, f"train_step beyond the hand loop's step ({1e3 * lowq(fit_train, a.q):.1f} ms)"),
-                 (1e3 * lowq(rest_plain, a.q), "rest of fit's loop on a plain step (row, metrics write, glue)")]
+        lines = [
+            (
+                1e3 * lowq(fit_train, a.q) - hand_ms,
+                f"train_step beyond the hand loop's step ({1e3 * lowq(fit_train, a.q):.1f} ms)",
+            ),
+            (1e3 * lowq(rest_plain, a.q), "rest of fit's loop on a plain step (row, metrics write, glue)"),
+        ]
         for name, calls in sorted(timers.calls.items(), key=lambda kv: -sum(kv[1])):
             if not calls:
                 continue
@@ -285,31 +322,47 @@ def main(argv=None):
                 lines.append((None, label + " [in the line above]"))
             else:
                 lines.append((per_call * per_run / cfg.steps, label))
-        print(f"overhead breakdown, ms per training step (q{round(100 * a.q)} of each side's times; hand-loop step {hand_ms:.1f} ms):")
+        print(
+            f"overhead breakdown, ms per training step (q{round(100 * a.q)} of each side's times; "
+            f"hand-loop step {hand_ms:.1f} ms):"
+        )
         for ms, what in lines:
             print(f"  {what:76s} " + ("" if ms is None else f"{ms:7.2f} ms {100 * ms / hand_ms:6.2f}%"))
         total = sum(ms for ms, _ in lines if ms is not None)
         ratio = hand_ms / (hand_ms + total)
         print(f"  {'total':76s} {total:7.2f} ms {100 * total / hand_ms:6.2f}%")
-        print(f"fit / hand-loop steps/s from the t column, per round: {', '.join(f'{x:.3f}' for x in ratios)} "
-              f"(median {raw:.3f}; sums over the window, so a load burst on one side moves them)")
-        print(f"fit / hand-loop steps/s: {ratio:.2f}x (target >= {TARGET}) {'PASS' if ratio >= TARGET else 'FAIL'}"
-              f"   [q{round(100 * a.q)}: {hand_ms:.1f} ms hand step + {total:.2f} ms fit overhead]")
+        print(
+            f"fit / hand-loop steps/s from the t column, per round: {', '.join(f'{x:.3f}' for x in ratios)} "
+            f"(median {raw:.3f}; sums over the window, so a load burst on one side moves them)"
+        )
+        print(
+            f"fit / hand-loop steps/s: {ratio:.2f}x (target >= {TARGET}) {'PASS' if ratio >= TARGET else 'FAIL'}"
+            f"   [q{round(100 * a.q)}: {hand_ms:.1f} ms hand step + {total:.2f} ms fit overhead]"
+        )
         if (raw >= TARGET) != (ratio >= TARGET):
-            print(f"  NOISY: the per-round sums ({raw:.3f}) and the quantiles disagree on the target; the machine was busy "
-                  f"(load avg {os.getloadavg()[0]:.1f}). Rerun when it is quiet, or with more --rounds.")
+            print(
+                f"  NOISY: the per-round sums ({raw:.3f}) and the quantiles disagree on the target; "
+                "the machine was busy "
+                f"(load avg {os.getloadavg()[0]:.1f}). Rerun when it is quiet, or with more --rounds."
+            )
 
         # FLOP/s
         flops, by_op = step_flops(cfg, corpus)
         peak, per_n = matmul_peak(cfg.threads)
         torch.set_num_threads(cfg.threads)
         ach = flops * hand_rate
-        ops = ", ".join(f"{k.removeprefix('aten.')} {v / 1e9:.2f}" for k, v in sorted(by_op.items(), key=lambda kv: -kv[1]))
+        ops = ", ".join(
+            f"{k.removeprefix('aten.')} {v / 1e9:.2f}" for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])
+        )
         print(f"FLOPs per training step (fwd+bwd matmuls): {flops / 1e9:.2f} GFLOP  [{ops}]")
-        print(f"measured fp32 torch.mm at {cfg.threads} threads: "
-              + ", ".join(f"{n}^2 {r / 1e9:.1f} GFLOP/s" for n, r in per_n.items()))
-        print(f"achieved {ach / 1e9:.1f} GFLOP/s = {100 * ach / peak:.1f}% of measured fp32 matmul peak "
-              f"{peak / 1e9:.1f} GFLOP/s  (hand loop, q{round(100 * a.q)} step {hand_ms:.1f} ms)")
+        print(
+            f"measured fp32 torch.mm at {cfg.threads} threads: "
+            + ", ".join(f"{n}^2 {r / 1e9:.1f} GFLOP/s" for n, r in per_n.items())
+        )
+        print(
+            f"achieved {ach / 1e9:.1f} GFLOP/s = {100 * ach / peak:.1f}% of measured fp32 matmul peak "
+            f"{peak / 1e9:.1f} GFLOP/s  (hand loop, q{round(100 * a.q)} step {hand_ms:.1f} ms)"
+        )
     finally:
         if not a.dir:
             shutil.rmtree(parent, ignore_errors=True)

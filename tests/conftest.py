@@ -1,4 +1,5 @@
 """Shared helpers for dormouse's pytest suite: run comparisons that are exact, never approximate."""
+
 from pathlib import Path
 
 import torch
@@ -53,4 +54,3 @@ def assert_same_run(run_a, run_b):
     for s in common:
         assert fa[s] == fb[s], f"fingerprint differs at step {s}"
     assert_same_state(final_ckpt(run_a), final_ckpt(run_b))
-

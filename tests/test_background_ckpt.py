@@ -1,6 +1,7 @@
 """Background checkpoints (issue 15 item 2): the loop pays for a snapshot, one thread commits; a failed commit raises in
 `fit` at the next step boundary (or at close) naming the container, leaving the previous checkpoint; `fit` returns only
 once its last checkpoint is committed; the files are byte for byte those of the synchronous path."""
+
 import threading, time
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from dormouse.train import fit
 
 def failing_at(step, real):
     "A sidecar writer that runs out of space at `step` and writes normally otherwise."
+
     def write(path, tables, train_step):
         if train_step == step:
             raise OSError(28, "No space left on device", str(path))
         return real(path, tables, train_step)
+
     return write
 
 
@@ -50,10 +53,12 @@ def test_commit_error_of_the_last_checkpoint_surfaces_at_close(tmp_path, monkeyp
 
 def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch):
     real, threads = ckpts.save_v3, set()
+
     def slow_save_v3(path, state, sidecar, *pin):
         threads.add(threading.current_thread().name)
         time.sleep(0.5)  # a slow disk: fit must not return before this container is renamed into place
         return real(path, state, sidecar, *pin)
+
     monkeypatch.setattr(ckpts, "save_v3", slow_save_v3)
     fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
     assert threads and all(n.startswith("dormouse-commit") for n in threads), threads  # written off the loop
@@ -66,9 +71,11 @@ def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
     cfg = tiny_cfg(steps=16, ckpt_every=4, keep_ckpts=100, aux=True, stress=True, stress_k=1.5)
     fit(cfg, tmp_path / "sync", progress=False, ckpt_background=False)
     real = ckpts.save_sidecar
+
     def slow_sidecar(path, tables, train_step):
         time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
         return real(path, tables, train_step)
+
     monkeypatch.setattr(ckpts, "save_sidecar", slow_sidecar)
     fit(cfg, tmp_path / "bg", progress=False)
     names = ckpt_files(tmp_path / "sync")

@@ -42,8 +42,11 @@ def listing(p: Path):
         return None
     if p.is_file():
         return {".": (p.stat().st_size, p.stat().st_mtime_ns)}
-    return {str(q.relative_to(p)): (q.stat().st_size, q.stat().st_mtime_ns) for q in sorted(p.rglob("*"))
-            if q.name != "run.lock"}  # the writer's lock: taken (and rewritten) by every process that may write
+    return {
+        str(q.relative_to(p)): (q.stat().st_size, q.stat().st_mtime_ns)
+        for q in sorted(p.rglob("*"))
+        if q.name != "run.lock"
+    }  # the writer's lock: taken (and rewritten) by every process that may write
 
 
 def run_dir_copy(runs, tmp):
@@ -178,14 +181,29 @@ def case(name, setup, code, words, marks=(), drop_ok=False):
 
 
 RANDOM = bytes(range(256)) * 4
-WRONG_TYPES = b'aux = "false"\nseq_len = true\nseed = 1.5\nsteps = "ten"\nlr = "x"\nbatch = 4.0\n' \
+WRONG_TYPES = (
+    b'aux = "false"\nseq_len = true\nseed = 1.5\nsteps = "ten"\nlr = "x"\nbatch = 4.0\n'
     b'eval_depths = [1, "2"]\nmodel = 5\n'
+)
 CASES = [
     case("config random bytes", config_file(RANDOM), 2, ["c.toml is not a TOML config", "not UTF-8"]),
     case("config invalid TOML", config_file(b"lr = = 2\n"), 2, ["c.toml is not a TOML config"]),
-    case("config wrong types", config_file(WRONG_TYPES), 2,
-         ["8 problem(s)", 'aux = "false"', "seq_len = true", "seed = 1.5", 'steps = "ten"', 'lr = "x"', "batch = 4.0",
-          "eval_depths", "model = 5"]),
+    case(
+        "config wrong types",
+        config_file(WRONG_TYPES),
+        2,
+        [
+            "8 problem(s)",
+            'aux = "false"',
+            "seq_len = true",
+            "seed = 1.5",
+            'steps = "ten"',
+            'lr = "x"',
+            "batch = 4.0",
+            "eval_depths",
+            "model = 5",
+        ],
+    ),
     case("config unknown key", config_file(b"lrr = 0.1\n"), 2, ["lrr: unknown key (did you mean lr?)"]),
     case(
         "config is a directory",
@@ -225,7 +243,11 @@ CASES = [
     ),
     case(
         "serve unresolvable host",
-        lambda runs, tmp: (["serve", "--ckpt", tmp / "x.dmck", "--host", "no-such-host.invalid", "--port", 0], None, {}),
+        lambda runs, tmp: (
+            ["serve", "--ckpt", tmp / "x.dmck", "--host", "no-such-host.invalid", "--port", 0],
+            None,
+            {},
+        ),
         2,
         ["no-such-host.invalid' does not resolve"],
     ),
@@ -234,7 +256,12 @@ CASES = [
 ]
 for cmd in ["train", "compare", "plot"]:
     CASES.append(
-        case(f"metrics non-UTF-8, {cmd}", history("metrics.jsonl", b"\xff\xfe\x00 not text", cmd), 2, ["utf-8", "metrics.jsonl line"])
+        case(
+            f"metrics non-UTF-8, {cmd}",
+            history("metrics.jsonl", b"\xff\xfe\x00 not text", cmd),
+            2,
+            ["utf-8", "metrics.jsonl line"],
+        )
     )
     for row in [b"[1,2,3]", b'{"x":1}']:
         CASES.append(
@@ -247,7 +274,12 @@ for cmd in ["train", "compare", "plot"]:
         )
 for cmd in ["train", "plot"]:
     CASES.append(
-        case(f"lineage non-UTF-8, {cmd}", history("lineage.jsonl", b"\xff\xfe\x00 not text", cmd), 2, ["utf-8", "lineage.jsonl line"])
+        case(
+            f"lineage non-UTF-8, {cmd}",
+            history("lineage.jsonl", b"\xff\xfe\x00 not text", cmd),
+            2,
+            ["utf-8", "lineage.jsonl line"],
+        )
     )
     CASES.append(
         case(

@@ -5,6 +5,7 @@ random moment never leaves a torn file under a final name. Offsets come from dor
 v1/v2 have no checksum: a flipped bit inside their payloads (or in the step field, or v2's latch bit) can load silently,
 which is why v3 exists. Their bit-flip tests cover only what a check can catch: magic, length fields, unknown flag bits.
 """
+
 import os, pickle, signal, struct, subprocess, sys, textwrap, time, warnings, zipfile, zlib
 from pathlib import Path
 
@@ -31,21 +32,38 @@ def small_state(step=7, seed=1) -> RunState:
     opt = torch.optim.AdamW(lin.parameters(), lr=1e-3, betas=(0.9, 0.95))
     lin(torch.ones(3, 6)).sum().backward()
     opt.step()
-    model = {**lin.state_dict(), "emb": torch.arange(12, dtype=torch.float32).view(3, 4).to(torch.bfloat16),
-             "mask": torch.tensor([True, False, True]), "count": torch.tensor(3, dtype=torch.int64)}
+    model = {
+        **lin.state_dict(),
+        "emb": torch.arange(12, dtype=torch.float32).view(3, 4).to(torch.bfloat16),
+        "mask": torch.tensor([True, False, True]),
+        "count": torch.tensor(3, dtype=torch.int64),
+    }
     mon = StressMonitor(min_fill=2, refuse=True)
     for s, g in enumerate([1.0, 1.1, 0.9, 50.0, 1.2]):
         mon.observe(g, s)
-    return RunState(step=step, model=model, optim=opt.state_dict(), teacher={k: v.clone() for k, v in lin.state_dict().items()},
-                    flags=FLAG_FP32_LATCH, stress=mon, table_step=step, env=numeric_env(2))
+    return RunState(
+        step=step,
+        model=model,
+        optim=opt.state_dict(),
+        teacher={k: v.clone() for k, v in lin.state_dict().items()},
+        flags=FLAG_FP32_LATCH,
+        stress=mon,
+        table_step=step,
+        env=numeric_env(2),
+    )
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz")
     s = small_state()
-    return {"dir": d, "state": s, 3: save_ckpt(d / "v3.dmck", s).read_bytes(), 2: write_v2(d / "v2.dmck", s).read_bytes(),
-            1: write_v1(d / "v1.dmck", s).read_bytes()}
+    return {
+        "dir": d,
+        "state": s,
+        3: save_ckpt(d / "v3.dmck", s).read_bytes(),
+        2: write_v2(d / "v2.dmck", s).read_bytes(),
+        1: write_v1(d / "v1.dmck", s).read_bytes(),
+    }
 
 
 def refused(d: Path, data: bytes, name="bad.dmck") -> CheckpointError:
@@ -100,7 +118,9 @@ def test_truncation_at_every_boundary_and_keyed_random_cuts(files, version):
 
 def test_v3_every_header_bit_and_keyed_random_bits(files):
     blob, d = files[3], files["dir"]
-    bits = list(range(8 * HEADER_LEN)) + keyed_randint(3, 1, STREAM_TEST, 8 * HEADER_LEN, 8 * len(blob) - 1, 400).tolist()
+    bits = (
+        list(range(8 * HEADER_LEN)) + keyed_randint(3, 1, STREAM_TEST, 8 * HEADER_LEN, 8 * len(blob) - 1, 400).tolist()
+    )
     seen = set()
     for b in bits:
         bad = bytearray(blob)
@@ -173,7 +193,7 @@ def test_v3_lengths_past_the_end(files, name):
 
 def test_v3_crafted_inconsistent_tables(files):
     blob, d = files[3], files["dir"]
-    e = refused(d, resign(blob, {"model": 10, "optim": 10}) )  # lengths shrink: the rest is trailing / unparsable
+    e = refused(d, resign(blob, {"model": 10, "optim": 10}))  # lengths shrink: the rest is trailing / unparsable
     assert e.section in ("trailer", "model")
     head = bytearray(blob[:HEADER_LEN])
     struct.pack_into("<Q", head, HEADER.size + 8, 999)  # an offset that is not contiguous
@@ -203,8 +223,11 @@ def test_magic_and_versions(files):
 
 
 class Bomb:
-    def __init__(self, marker): self.marker = marker
-    def __reduce__(self): return (os.system, (f"touch '{self.marker}'",))
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch '{self.marker}'",))
 
 
 def test_pickle_files_are_refused_and_never_run(files, tmp_path):
@@ -232,7 +255,7 @@ def test_pickle_files_are_refused_and_never_run(files, tmp_path):
     tag, o, ln, _, pr = ENTRY.unpack_from(head, HEADER.size)
     ENTRY.pack_into(head, HEADER.size, tag, o, ln, zlib.crc32(model), pr)
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
-    e = refused(d, bytes(head) + model + blob[off + n:], "evil.dmck")
+    e = refused(d, bytes(head) + model + blob[off + n :], "evil.dmck")
     assert e.section == "model"
     assert not marker.exists()
 
@@ -252,7 +275,9 @@ def pair_dir(tmp_path, step=100, keep=3):
     s = small_state(step=step)
     tables = NgramTables([2, 3], 32, 4)
     tables.table_step = step
-    tables.weight += torch.from_numpy(keyed_normal(1, step, STREAM_TEST, tables.weight.numel()).astype("float32")).view(tables.weight.shape)
+    tables.weight += torch.from_numpy(keyed_normal(1, step, STREAM_TEST, tables.weight.numel()).astype("float32")).view(
+        tables.weight.shape
+    )
     save_run_ckpt(tmp_path, s, tables, keep=keep)
     return s, tables
 
@@ -335,8 +360,9 @@ def test_rotation_keeps_the_checkpoint_just_written_past_a_junk_name(tmp_path):
 
 def test_rotation_counts_loadable_checkpoints_not_names(tmp_path):
     "Issue 13 repro: keep=3 and three junk files used to delete checkpoints 10-30; unknown files stay and are named."
-    warned = rotation_run(tmp_path, 3, ["step_000997.dmck", "step_000998.dmck", "step_000999.dmck", "notes.txt"],
-                          [10, 20, 30])
+    warned = rotation_run(
+        tmp_path, 3, ["step_000997.dmck", "step_000998.dmck", "step_000999.dmck", "notes.txt"], [10, 20, 30]
+    )
     assert [s for s, _ in list_ckpts(tmp_path)] == [10, 20, 30, 997, 998, 999]
     for step in (10, 20, 30):
         assert load_run_ckpt(tmp_path / f"step_{step:06d}.dmck")[0].step == step
@@ -353,8 +379,12 @@ def test_rotation_of_a_clean_directory(tmp_path):
     (tmp_path / "step_000005.ngram").write_bytes(b"orphan")
     (tmp_path / ".step_000007.dmck.tmp.12345").write_bytes(b"stray")
     assert rotation_run(tmp_path, 2, [], [10, 20, 30]) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000020.dmck", "step_000020.ngram", "step_000030.dmck",
-                                                          "step_000030.ngram"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step_000020.dmck",
+        "step_000020.ngram",
+        "step_000030.dmck",
+        "step_000030.ngram",
+    ]
 
 
 def test_describe_verifies_the_sidecar_payload(tmp_path):
@@ -384,7 +414,8 @@ WRITER = textwrap.dedent("""
     from dormouse.container import RunState
     from dormouse.numerics import numeric_env
     w = torch.arange(4_000_000, dtype=torch.float32)  # ~16 MB model, ~48 MB container: kills land inside saves
-    s = RunState(step=0, model={"w": w}, optim={"state": {0: {"m": w * 2, "v": w * 3}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+    s = RunState(step=0, model={"w": w},
+                 optim={"state": {0: {"m": w * 2, "v": w * 3}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
                  teacher=None, flags=0, stress=None, table_step=None, env=numeric_env(1))
     step = 1
     while True:

@@ -1,4 +1,5 @@
 """Compressor baselines where a user reads them: `dormouse train`'s final line and `plot_run`'s reference lines."""
+
 import math, re
 
 import pytest
@@ -57,12 +58,15 @@ def test_train_prints_bits_per_byte_beside_the_compressors(run, capsys):
 
 def test_plot_run_draws_the_baselines(run):
     import matplotlib
+
     matplotlib.use("Agg")
     root, _, text = run
-    if not (root / "r").exists(): pytest.skip("needs the run of the test above")
+    if not (root / "r").exists():
+        pytest.skip("needs the run of the test above")
     fig = plot_run(root / "r")
     labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
     base = run_baselines(root / "r")
-    for name in COMPRESSORS: assert f"{name}: {base[name]:.3f} bits/byte" in labels
+    for name in COMPRESSORS:
+        assert f"{name}: {base[name]:.3f} bits/byte" in labels
     bare = [ln.get_label() for ln in plot_run(root / "r", baselines=False).axes[0].get_lines()]
     assert not any("bits/byte" in lb for lb in bare)

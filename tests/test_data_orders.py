@@ -1,5 +1,6 @@
 """Both data orders through the trainer: ADR item 6 (probe batches shift the stream) holds for each, a resumed run
 reads exactly the batches an uninterrupted run reads, and every rank slices the same global batch."""
+
 import dataclasses, hashlib
 
 import numpy as np
@@ -23,6 +24,7 @@ def record_reads(monkeypatch):
         x, y = real(self, i, batch, seq_len, order, seed)
         log.append((i, hashlib.sha256(x.numpy().tobytes()).hexdigest()[:16]))
         return x, y
+
     monkeypatch.setattr(Corpus, "batch_at", spy)
     return log
 
@@ -59,7 +61,7 @@ def test_the_two_orders_read_different_batches_and_stream_is_contiguous(monkeypa
     c = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     x, _ = Corpus.batch_at(c, 5, cfg.batch, cfg.seq_len, "stream")
     k = 5 * cfg.batch
-    assert bytes(x.flatten().tolist()) == bytes(c.data[k * cfg.seq_len:(k + cfg.batch) * cfg.seq_len])
+    assert bytes(x.flatten().tolist()) == bytes(c.data[k * cfg.seq_len : (k + cfg.batch) * cfg.seq_len])
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -77,7 +79,7 @@ def test_ranks_slice_one_global_batch(order):
 
 
 def test_data_order_is_a_strict_validated_key():
-    with pytest.raises(ConfigError, match="data_order='random': use shuffled or stream"):
+    with pytest.raises(ConfigError, match="data_order='random': use one of shuffled, stream"):
         validate(tiny_cfg(data_order="random"))
     assert tiny_cfg().data_order == "shuffled"
 
@@ -90,6 +92,6 @@ def test_eval_sample_is_keyed_and_spread(tmp_path):
         x, _ = c.eval_batch(j, cfg.batch, cfg.seq_len)
         assert torch.equal(x, c.eval_batch(j, cfg.batch, cfg.seq_len)[0])
         firsts.append(bytes(x[0].tolist()))
-    held = bytes(c.data[c.n_train:])
+    held = bytes(c.data[c.n_train :])
     pos = np.array([held.find(f) for f in firsts])
     assert (pos >= 0).all() and pos.max() - pos.min() > c.n_held // 2  # not one contiguous corner of the split

@@ -1,4 +1,5 @@
 """Scale-out: torchrun + DistributedDataParallel (gloo, 2 ranks on CPU) keeps the resume guarantee."""
+
 import os, signal, subprocess, sys, time
 from pathlib import Path
 
@@ -32,11 +33,27 @@ ngram_dim = 16
 
 
 def torchrun(cfg_file, run_dir, *extra, nproc=2, wait=True):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir), "--quiet", *map(str, extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        *map(str, extra),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -88,10 +105,23 @@ def test_two_rank_resume_is_bitwise_stream_order(cfg_file, tmp_path):
 
 def test_resume_under_another_world_size_is_refused(cfg_file, uninterrupted, tmp_path):
     import shutil
+
     run = tmp_path / "one"
     shutil.copytree(uninterrupted, run)
-    cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run), "--resume",
-           "--steps", "28", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(run),
+        "--resume",
+        "--steps",
+        "28",
+        "--quiet",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "world_size" in r.stderr and "Traceback" not in r.stderr, r.stderr
 

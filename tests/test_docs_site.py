@@ -1,10 +1,12 @@
 """The docs site in a real browser: every notebook is a page that loads offline with no console error and no failed or
-external request, every navigation link resolves, and the saved plots are there (the resume-continuity figure above all).
+external request, every navigation link resolves, and the saved plots are there (the resume-continuity figure above
+all).
 
 The site is built by tools/build_docs.py (the Quarto-free build), served from a loopback http.server, and opened in
 headless Chromium through playwright. No browser is a failure, not a skip: a docs check that silently does not run
 checks nothing.
 """
+
 import functools, http.server, importlib.util, json, subprocess, sys, threading, urllib.error, urllib.request
 from pathlib import Path
 from urllib.parse import urldefrag, urlsplit
@@ -14,8 +16,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 CONTINUITY_NB = NBS / "12_resume_continuity.ipynb"
 
 
@@ -37,7 +46,12 @@ def shown_images(nb_path: Path) -> int:
         if c["cell_type"] != "code":
             continue
         dirs, _ = bd.split_directives("".join(c["source"]))
-        if "hide" in dirs or "exporti" in dirs or dirs.get("include", "").lower() == "false" or dirs.get("output", "").lower() == "false":
+        if (
+            "hide" in dirs
+            or "exporti" in dirs
+            or dirs.get("include", "").lower() == "false"
+            or dirs.get("output", "").lower() == "false"
+        ):
             continue
         n += sum(any(k.startswith("image/") for k in o.get("data", {})) for o in c.get("outputs", []))
     return n
@@ -46,8 +60,13 @@ def shown_images(nb_path: Path) -> int:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site") / "_docs"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, f"tools/build_docs.py failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
     handler = functools.partial(_QuietHandler, directory=str(out))
     srv = _QuietServer(("127.0.0.1", 0), handler)
@@ -62,11 +81,13 @@ def site(tmp_path_factory):
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *a): pass
+    def log_message(self, *a):
+        pass
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+
     def handle_error(self, request, client_address):  # a browser dropping a connection is not a site error
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
@@ -77,14 +98,18 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
-        pytest.fail(f"playwright is not importable ({e}): pip install playwright (the browser itself comes from apt, see below)")
+        pytest.fail(
+            f"playwright is not importable ({e}): pip install playwright (the browser itself comes from apt, see below)"
+        )
     pw = sync_playwright().start()
     try:
         try:
             b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
         except Exception as e:
-            pytest.fail(f"cannot launch headless Chromium at {CHROMIUM}: {str(e).splitlines()[0]}\n"
-                        "Install it with: apt-get update && apt-get install -y chromium chromium-driver")
+            pytest.fail(
+                f"cannot launch headless Chromium at {CHROMIUM}: {str(e).splitlines()[0]}\n"
+                "Install it with: apt-get update && apt-get install -y chromium chromium-driver"
+            )
         yield b
         b.close()
     finally:
@@ -104,11 +129,14 @@ def test_every_notebook_has_a_page(site):
 
 def test_sidebar_yml_is_valid():
     import yaml
+
     y = yaml.safe_load((NBS / "sidebar.yml").read_text())
     contents = y["website"]["sidebar"]["contents"]
     assert contents and contents[0] == "index.ipynb"
     missing = [c for c in contents if not (NBS / c).exists()]
-    assert not missing, f"nbs/sidebar.yml lists notebooks that do not exist: {missing} (python tools/build_docs.py --sidebar)"
+    assert not missing, (
+        f"nbs/sidebar.yml lists notebooks that do not exist: {missing} (python tools/build_docs.py --sidebar)"
+    )
     assert "sidebar.yml" in (NBS / "_quarto.yml").read_text()
 
 
@@ -128,15 +156,21 @@ def test_pages_in_browser(site, browser):
         else:
             external.append(r.request.url)
             r.abort()
+
     ctx.route("**/*", route)
     try:
         for name in pages:
             page = ctx.new_page()
             errs = []
-            page.on("console", lambda m, errs=errs: errs.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on(
+                "console",
+                lambda m, errs=errs: errs.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+            )
             page.on("pageerror", lambda e, errs=errs: errs.append(f"page error: {e}"))
             page.on("requestfailed", lambda r, errs=errs: errs.append(f"request failed: {r.url} ({r.failure})"))
-            page.on("response", lambda r, errs=errs: errs.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+            page.on(
+                "response", lambda r, errs=errs: errs.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None
+            )
             resp = page.goto(f"{base}/{name}", wait_until="load", timeout=60_000)
             assert resp is not None and resp.status == 200, f"{name}: HTTP {resp and resp.status}"
             page.wait_for_load_state("networkidle", timeout=30_000)
@@ -164,7 +198,9 @@ def test_pages_in_browser(site, browser):
                 if frag and url.endswith("/" + name) and not page.evaluate("id => !!document.getElementById(id)", frag):
                     problems.append(f"{name}: anchor #{frag} has no target")
             # images: every one loaded, and as many as the notebook saved
-            imgs = page.evaluate("() => Array.from(document.images).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])")
+            imgs = page.evaluate(
+                "() => Array.from(document.images).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0])"
+            )
             broken = [s for s, ok in imgs if not ok]
             if broken:
                 problems.append(f"{name}: {len(broken)} image(s) did not load: {broken[:3]}")
@@ -172,9 +208,14 @@ def test_pages_in_browser(site, browser):
             if len(imgs) < want:
                 problems.append(f"{name}: the notebook saved {want} image(s), the page shows {len(imgs)}")
             if name == img_page and CONTINUITY_NB.exists() and not imgs:
-                problems.append(f"{name}: no images — the continuity figure must be saved in {CONTINUITY_NB.name} (execute it, keep outputs)")
+                problems.append(
+                    f"{name}: no images — the continuity figure must be saved in {CONTINUITY_NB.name} "
+                    "(execute it, keep outputs)"
+                )
             page.close()
     finally:
         ctx.close()
-    assert not external, f"pages tried to load external resources (the site must work offline): {sorted(set(external))[:5]}"
+    assert not external, (
+        f"pages tried to load external resources (the site must work offline): {sorted(set(external))[:5]}"
+    )
     assert not problems, "\n".join(problems)

@@ -1,5 +1,6 @@
 """History is evidence: a resume never restarts over a run's history, never silently cuts a damaged JSON-lines file,
 and a `steps` at or below the reached step trains and writes nothing; the files a resume reads are written durably."""
+
 import dataclasses, os, shutil
 
 import pytest
@@ -46,8 +47,13 @@ def test_resume_with_history_but_no_checkpoint_is_refused_naming_it(base, tmp_pa
     assert files(run) == before  # metrics and lineage untouched: not "starting from step 0"
 
 
-BAD_ROWS = {"bad JSON": b'{"step": 3, "lo\n', "a list": b"[1, 2, 3]\n", "a number": b"7\n", "no step": b'{"x": 1}\n',
-            "not UTF-8": b'{"step": 3, "q": "\xff\xfe"}\n'}
+BAD_ROWS = {
+    "bad JSON": b'{"step": 3, "lo\n',
+    "a list": b"[1, 2, 3]\n",
+    "a number": b"7\n",
+    "no step": b'{"x": 1}\n',
+    "not UTF-8": b'{"step": 3, "q": "\xff\xfe"}\n',
+}
 
 
 @pytest.mark.parametrize("what", list(BAD_ROWS))
@@ -116,9 +122,11 @@ def test_steps_equal_to_the_reached_step_says_already_and_writes_nothing(base, t
 def test_writes_a_resume_reads_are_fsynced_with_their_directory(tmp_path, monkeypatch):
     synced = []
     real = os.fsync
+
     def spy(fd):
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
+
     monkeypatch.setattr(os, "fsync", spy)
     write_jsonl(tmp_path / "m.jsonl", [{"step": 0}])
     write_atomic(tmp_path / "config.toml", "x = 1\n")

@@ -1,6 +1,7 @@
 """The caller's process is left as found, in-process and in a real Jupyter kernel: `fit` restores torch's threads,
 deterministic mode and matmul precision (on return and on exception); in a kernel it shows its live panel, and an
 interrupt stops it at a step boundary with a checkpoint that the next cell resumes bitwise."""
+
 import asyncio, inspect, signal, threading, time
 
 import pytest
@@ -14,8 +15,13 @@ from dormouse.train import fit
 
 
 def caller_state():
-    return (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
-            torch.get_float32_matmul_precision(), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    return (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+        signal.getsignal(signal.SIGINT),
+        signal.getsignal(signal.SIGTERM),
+    )
 
 
 def test_fit_leaves_the_caller_as_found_on_return_and_on_exception(tmp_path):
@@ -60,8 +66,9 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     run = tmp_path / "runs"
     cells = [f"RUN = {str(run)!r}\n" + CELLS[0], *CELLS[1:]]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = nbclient.NotebookClient(nb, timeout=300, startup_timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, startup_timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     interrupted = []
 
     def interrupt_when_training():
@@ -93,8 +100,13 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     views = [o for o in nb.cells[1].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert views, nb.cells[1].outputs
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    drawn = [o for m in state.values() if m["model_name"] == "OutputModel" for o in m["state"].get("outputs", [])
-             if "image/png" in o.get("data", {})]
+    drawn = [
+        o
+        for m in state.values()
+        if m["model_name"] == "OutputModel"
+        for o in m["state"].get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
     assert drawn, "the live panel drew no figure"
     # the interrupt: a clean stop at a step boundary with a checkpoint, then the next cell resumes it
     assert interrupted, "the interrupt was never sent"

@@ -2,10 +2,9 @@
 bitwise identical to a run that was never killed, and never loads a torn checkpoint. Every other kill is aimed at a
 background commit (it waits for this process's temp file in ckpt/), so some land while the loop trains on past the
 checkpoint being written."""
-import os, signal, subprocess, sys, time
-from pathlib import Path
 
-import numpy as np
+import os, signal, subprocess, sys, time
+
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
@@ -38,7 +37,17 @@ ngram_dim = 32
 
 
 def train_cmd(cfg_file, run_dir, resume):
-    cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    ]
     return cmd + (["--resume"] if resume else [])
 
 
@@ -62,7 +71,9 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
         # resume once a checkpoint exists; a kill before the first one leaves nothing to resume (a resume over that
         # history is refused), so the run starts fresh again
         resume = bool(RunPaths(run).checkpoints())
-        proc = subprocess.Popen(train_cmd(cfg_file, run, resume), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            train_cmd(cfg_file, run, resume), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         killed = False
         if kills < KILLS:
             start_rows = n_rows(run)
@@ -83,7 +94,8 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
                 proc.wait()
                 killed = True
                 kills += 1
-                # an atomic save writes `.step_N.dmck.tmp.<pid>` / `.step_N.ngram.tmp.<pid>`: one left by this pid = killed mid-save
+                # an atomic save writes `.step_N.dmck.tmp.<pid>` / `.step_N.ngram.tmp.<pid>`:
+                # one left by this pid = killed mid-save
                 left = list(RunPaths(run).ckpt_dir.glob(f".*.tmp.{proc.pid}"))
                 if left:
                     in_save += 1
@@ -101,8 +113,10 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             break
         assert attempt < 200
     with capsys.disabled():  # the report shows in CI's log, not only on failure
-        print(f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint commit ({behind_loop} of them while the "
-              f"loop trained on past it), {len(resumed_from)} resumes")
+        print(
+            f"\nkill -9: {kills} kills, {in_save} landed inside a checkpoint commit ({behind_loop} of them while the "
+            f"loop trained on past it), {len(resumed_from)} resumes"
+        )
     assert kills >= KILLS, f"the run finished after only {kills} kills"
     assert behind_loop >= KILLS // 4, f"only {behind_loop} kills landed in a background commit"
     # every resume named a checkpoint that exists as a complete container or was rotated away later; none was torn

@@ -1,5 +1,7 @@
 """The Jupyter live panel draws from metrics rows without a kernel-side error (smoke test outside a notebook)."""
+
 import matplotlib
+
 matplotlib.use("Agg")
 
 from dormouse.view import LivePanel

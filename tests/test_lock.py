@@ -1,6 +1,7 @@
 """One writer per run directory: a second `dormouse train` into a directory another process is writing — fresh or
 resumed — is refused with one line naming the holder's pid and command and writes nothing; a killed holder never
 blocks the next resume (the kernel drops its flock)."""
+
 import dataclasses, subprocess, sys, time
 
 import pytest
@@ -27,8 +28,18 @@ ngram_dim = 16
 
 
 def train(cfg_file, run, *extra):
-    return [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run), "--quiet",
-            *map(str, extra)]
+    return [
+        sys.executable,
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(run),
+        "--quiet",
+        *map(str, extra),
+    ]
 
 
 def wait_for(cond, proc, what, limit=180):
@@ -83,8 +94,10 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
     cfg.write_text(CONFIG)
     run = tmp_path / "run"
     fit(dataclasses.replace(load_cfg(cfg), steps=10), run, progress=False)  # a run at its checkpoint 10
-    procs = [subprocess.Popen(train(cfg, run, "--resume"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(train(cfg, run, "--resume"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         t0 = time.time()
         while all(p.poll() is None for p in procs):
@@ -110,6 +123,7 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
 def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
     from dormouse.data import CorpusError
     from dormouse.testing import tiny_cfg
+
     bad = tiny_cfg(data=str(tmp_path / "no-such-corpus"))
     with pytest.raises(CorpusError):
         fit(bad, tmp_path / "new", progress=False)  # fails under the lock, before anything is written

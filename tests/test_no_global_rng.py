@@ -1,14 +1,35 @@
 """No global RNG anywhere in the library: every draw is a keyed function of (seed, step, stream, index)."""
+
 import re
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "dormouse"
-FORBIDDEN = [r"torch\.manual_seed", r"torch\.rand", r"torch\.randn", r"torch\.randint", r"torch\.randperm",
-             r"torch\.bernoulli", r"torch\.multinomial", r"(?<![\w.])random\.", r"np\.random", r"numpy\.random",
-             r"nn\.init\.", r"\.normal_\(", r"\.uniform_\(", r"\.random_\(", r"\.exponential_\(", r"Generator\("]
+FORBIDDEN = [
+    r"torch\.manual_seed",
+    r"torch\.rand",
+    r"torch\.randn",
+    r"torch\.randint",
+    r"torch\.randperm",
+    r"torch\.bernoulli",
+    r"torch\.multinomial",
+    r"(?<![\w.])random\.",
+    r"np\.random",
+    r"numpy\.random",
+    r"nn\.init\.",
+    r"\.normal_\(",
+    r"\.uniform_\(",
+    r"\.random_\(",
+    r"\.exponential_\(",
+    r"Generator\(",
+]
 # torch.load/torch.save can unpickle; safetensors.torch.load/save cannot (tensors + a JSON header only)
-NO_PICKLE = [r"(?<!safetensors\.)torch\.load", r"(?<!safetensors\.)torch\.save", r"import pickle", r"pickle\.",
-             r"import dill"]
+NO_PICKLE = [
+    r"(?<!safetensors\.)torch\.load",
+    r"(?<!safetensors\.)torch\.save",
+    r"import pickle",
+    r"pickle\.",
+    r"import dill",
+]
 
 
 def lib_sources():
@@ -54,7 +75,11 @@ def test_the_grep_can_fail(tmp_path):
 
 
 def test_the_pickle_grep_can_fail():
-    hit = [pat for pat in NO_PICKLE for line in ["torch.save(sd, f)", "x = torch.load(f)", "import pickle"]
-           if re.search(pat, line)]
+    hit = [
+        pat
+        for pat in NO_PICKLE
+        for line in ["torch.save(sd, f)", "x = torch.load(f)", "import pickle"]
+        if re.search(pat, line)
+    ]
     assert len(hit) == 3, hit
     assert not any(re.search(pat, "safetensors.torch.save(sd)") for pat in NO_PICKLE)

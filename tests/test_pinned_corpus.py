@@ -1,6 +1,7 @@
 """Issue 12 item 8: the corpus is pinned while it is used. A corpus rewritten under a running run (even rewritten back)
 refuses the next checkpoint, naming the file, and a resume from the last good one is the uninterrupted run; a corpus
 that shrinks under the run ends in that error, not a signal."""
+
 import subprocess, sys, textwrap
 
 import pytest
@@ -89,8 +90,12 @@ _TRUNCATE = textwrap.dedent("""
 
 
 def test_corpus_truncated_mid_run_is_an_error_naming_the_file_not_a_signal(tmp_path, corpus):
-    r = subprocess.run([sys.executable, "-c", _TRUNCATE, str(corpus), str(tmp_path / "run")], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE, str(corpus), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 3, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])  # -7 is SIGBUS
     assert "CorpusError" in r.stdout and str(corpus) in r.stdout and "shrank" in r.stdout, r.stdout
     assert _names(tmp_path / "run") == []  # no checkpoint over the shrunk corpus

@@ -1,6 +1,7 @@
 """Issue 12 item 7: legacy (v1/v2) runs resume. Without a sidecar when the plan has no n-gram tables; with a sidecar
 only when its table step equals the container's step, said loudly and recorded in lineage.jsonl. The legacy list
 names what this plan needs and the container lacks."""
+
 import dataclasses, shutil
 
 import pytest

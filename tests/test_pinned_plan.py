@@ -1,7 +1,7 @@
 """Issue 12 item 1: the checkpoint pins the plan and the run. An edited config.toml, another run's checkpoint and a
 sidecar of another table shape are refused on resume; generate takes the network's shape from the container."""
+
 import dataclasses, shutil
-from pathlib import Path
 
 import pytest
 

@@ -1,4 +1,5 @@
 """Exempt keys are harmless, proven: flipping a progress key leaves the training trajectory bitwise unchanged."""
+
 import dataclasses
 
 import pytest
@@ -41,6 +42,9 @@ def test_progress_key_is_harmless(key, order, base_run, tmp_path):
 
 
 def test_a_strict_key_is_not_harmless(order, base_run, tmp_path):
-    fit(tiny_cfg(aux=True, rand_depth=True, data_order=order, **{**BASE, "eval_batches": 3, "jepa_weight": 0.2}),
-        tmp_path / "strict", progress=False)
+    fit(
+        tiny_cfg(aux=True, rand_depth=True, data_order=order, **{**BASE, "eval_batches": 3, "jepa_weight": 0.2}),
+        tmp_path / "strict",
+        progress=False,
+    )
     assert losses(tmp_path / "strict") != losses(base_run)

@@ -2,6 +2,7 @@
 with refusals, n-gram tables, probe batches, random depth): a final save off the checkpoint cadence, and a crash
 after a checkpoint with metrics rows past it, both resume as the same run; a resume that would be another run (a
 strict key changed, fewer steps than reached) is refused before anything is written."""
+
 import dataclasses
 import shutil
 
@@ -13,8 +14,21 @@ from dormouse.rundir import RunPaths
 from dormouse.testing import assert_same_run, final_ckpt, tiny_cfg
 from dormouse.train import fit
 
-CFG = tiny_cfg(steps=10, ckpt_every=4, log_every=2, eval_every=4, keep_ckpts=10, aux=True, rand_depth=True,
-               stress=True, stress_refuse=True, stress_k=1.5, quant="int8", quant_check=True, quant_tol=1e-9)
+CFG = tiny_cfg(
+    steps=10,
+    ckpt_every=4,
+    log_every=2,
+    eval_every=4,
+    keep_ckpts=10,
+    aux=True,
+    rand_depth=True,
+    stress=True,
+    stress_refuse=True,
+    stress_k=1.5,
+    quant="int8",
+    quant_check=True,
+    quant_tol=1e-9,
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +63,13 @@ def _files(run):
     return {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("change,error,words", [
-    (dict(jepa_weight=0.2), DriftError, "jepa_weight"),  # a strict key: another objective
-    (dict(steps=4), ConfigError, "steps=4 is below step 10"),  # a resume cannot train backwards
-])
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        (dict(jepa_weight=0.2), DriftError, "jepa_weight"),  # a strict key: another objective
+        (dict(steps=4), ConfigError, "steps=4 is below step 10"),  # a resume cannot train backwards
+    ],
+)
 def test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written(ref, tmp_path, change, error, words):
     run = tmp_path / "other"
     shutil.copytree(ref, run)

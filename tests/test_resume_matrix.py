@@ -1,4 +1,5 @@
 """The bitwise resume matrix (issue 6): feature combinations x resume points, each equal to the uninterrupted run."""
+
 import dataclasses, shutil
 from pathlib import Path
 
@@ -12,16 +13,17 @@ from dormouse.testing import assert_same_run, losses
 STEPS = 24
 # A covering set of feature combinations: every pair of (aux, quant, rand_depth, stress, ngram) values appears.
 COMBOS = {
-    "plain":               dict(),
-    "aux":                 dict(aux=True),
-    "fp8-check":           dict(quant="fp8", quant_check=True),
-    "aux-fp8-rand":        dict(aux=True, quant="fp8", quant_check=True, rand_depth=True),
-    "rand-stress":         dict(rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5),
-    "aux-stress-nongram":  dict(aux=True, stress=True, stress_refuse=True, stress_k=1.5, ngram=False),
+    "plain": dict(),
+    "aux": dict(aux=True),
+    "fp8-check": dict(quant="fp8", quant_check=True),
+    "aux-fp8-rand": dict(aux=True, quant="fp8", quant_check=True, rand_depth=True),
+    "rand-stress": dict(rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5),
+    "aux-stress-nongram": dict(aux=True, stress=True, stress_refuse=True, stress_k=1.5, ngram=False),
     "fp8-stress-rand-nongram": dict(quant="fp8", quant_check=True, stress=True, rand_depth=True, ngram=False),
-    "everything":          dict(aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True,
-                                stress_refuse=True, stress_k=1.5),
-    "stream-fp8-check":    dict(data_order="stream", quant="fp8", quant_check=True),  # the ADR's contiguous order
+    "everything": dict(
+        aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5
+    ),
+    "stream-fp8-check": dict(data_order="stream", quant="fp8", quant_check=True),  # the ADR's contiguous order
 }  # every combination above runs in the default data_order, "shuffled"
 
 
@@ -35,7 +37,8 @@ def cfg_for(name, **kw):
 
 
 def truncate_to(run_dir, step):
-    "Simulate a crash after `step`'s checkpoint: later checkpoints vanish, metrics rows beyond remain (as a kill leaves them)."
+    """Simulate a crash after `step`'s checkpoint: later checkpoints vanish, metrics rows beyond remain
+    (as a kill leaves them)."""
     for p in RunPaths(Path(run_dir)).ckpt_dir.iterdir():
         if int(p.stem.split("_")[1]) > step:
             p.unlink()

@@ -1,5 +1,6 @@
 """Resume edge cases: legacy containers say what they lost, numeric-environment drift is refused (or recorded when
 allowed), a torn newest checkpoint is skipped loudly, and Ctrl-C stops at a step boundary with a checkpoint."""
+
 import signal, subprocess, sys, time
 
 import pytest
@@ -23,6 +24,7 @@ def base(tmp_path_factory):
 def _copy_at(src, dst, step):
     "A copy of run `src` as if it had stopped after checkpoint `step`."
     import shutil
+
     shutil.copytree(src, dst)
     for p in RunPaths(dst).ckpt_dir.iterdir():
         if int(p.stem.split("_")[1]) > step:
@@ -86,8 +88,10 @@ def test_every_checkpoint_torn_is_an_error_not_a_fresh_start(base, tmp_path):
 
 def test_ctrl_c_checkpoints_at_a_step_boundary_and_resumes_bitwise(tmp_path):
     cfg_toml = tmp_path / "cfg.toml"
-    cfg_toml.write_text("steps = 400\nseq_len = 32\nbatch = 4\nckpt_every = 1000\nlog_every = 5\neval = false\nthreads = 1\n"
-                        "[model]\nd_model = 32\nn_heads = 2\nfactor_rank = 16\nngram_slots = 1024\nngram_dim = 16\n")
+    cfg_toml.write_text(
+        "steps = 400\nseq_len = 32\nbatch = 4\nckpt_every = 1000\nlog_every = 5\neval = false\nthreads = 1\n"
+        "[model]\nd_model = 32\nn_heads = 2\nfactor_rank = 16\nngram_slots = 1024\nngram_dim = 16\n"
+    )
     cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_toml), "--quiet"]
     run = tmp_path / "int"
     proc = subprocess.Popen(cmd + ["--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,6 +1,7 @@
 """Issue 12 item 2: the numeric environment is complete. Every setting that changes bits is recorded by name, and a
 resume under another value is an EnvDriftError naming it (or, allowed, a fact in lineage.jsonl); an older record
 without the new keys still resumes, and lineage says which keys it could not check."""
+
 import dataclasses, os, shutil, subprocess, sys
 from pathlib import Path
 
@@ -12,8 +13,15 @@ from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
 
-VARS = ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS", "KMP_DETERMINISTIC_REDUCTION")
+VARS = (
+    "MKL_CBWR",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "KMP_DETERMINISTIC_REDUCTION",
+)
 CFG = tiny_cfg(steps=20, ckpt_every=10, keep_ckpts=10)
 
 
@@ -38,8 +46,21 @@ def _at_10(ref, dst):
 
 def test_the_record_names_every_setting_that_changes_bits():
     env = numeric_env(1)
-    need = {"torch", "torch_git", "torch_config", "threads", "cpu_model", "cpu_flags", "cpu_capability", "device",
-            "world_size", "deterministic", "float32_matmul_precision", "default_dtype", *VARS}
+    need = {
+        "torch",
+        "torch_git",
+        "torch_config",
+        "threads",
+        "cpu_model",
+        "cpu_flags",
+        "cpu_capability",
+        "device",
+        "world_size",
+        "deterministic",
+        "float32_matmul_precision",
+        "default_dtype",
+        *VARS,
+    }
     assert need <= set(env), sorted(need - set(env))
     info = Path("/proc/cpuinfo")
     if info.exists() and "model name" in info.read_text():
@@ -67,8 +88,18 @@ def test_a_process_started_under_a_lowered_isa_is_refused(ref, tmp_path):
     run = _at_10(ref, tmp_path / "run")
     env = {k: v for k, v in os.environ.items() if k not in VARS}
     env.update(ONEDNN_MAX_CPU_ISA="AVX2", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(RunPaths(run).config), "--run-dir", str(run),
-           "--resume", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(RunPaths(run).config),
+        "--run-dir",
+        str(run),
+        "--resume",
+        "--quiet",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2 and "ONEDNN_MAX_CPU_ISA: None -> 'AVX2'" in r.stderr, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
@@ -78,8 +109,16 @@ def test_an_older_record_resumes_and_lineage_names_what_it_could_not_check(ref, 
     run = _at_10(ref, tmp_path / "run")
     p = RunPaths(run).ckpt_dir / "step_000010.dmck"
     ck = load_ckpt(p)
-    old_keys = ("torch", "threads", "cpu_capability", "device", "world_size", "default_dtype",
-                "float32_matmul_precision", "deterministic")
+    old_keys = (
+        "torch",
+        "threads",
+        "cpu_capability",
+        "device",
+        "world_size",
+        "default_dtype",
+        "float32_matmul_precision",
+        "deterministic",
+    )
     ck.env = {**{k: ck.env[k] for k in old_keys}, "bf16_autocast": False, "quant": "fp32"}  # as written before
     save_ckpt(p, ck)
     fit(CFG, run, resume=True, progress=False)

@@ -1,6 +1,7 @@
 """Issue 12 item 4: the log reads the model. The rows' quant/bf16 columns, the environment's forward entry and the
 state fingerprint come from what each FactorLinear actually runs; a load re-applies the forward, and the
 fingerprint covers the teacher and both models' forward settings."""
+
 import tempfile
 
 import torch

@@ -1,5 +1,6 @@
 """Issue 12 item 5: a tripped latch, checkpointed and resumed through the real `restore`, is bitwise the
 uninterrupted run — tripped by the quant check, and separately by a non-finite quantised step."""
+
 import dataclasses, shutil
 
 import pytest

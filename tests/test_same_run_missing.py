@@ -1,6 +1,7 @@
 """Issue 12 item 6: missing state is a hard error. A v3 container lacking a section the plan needs is a
 CheckpointError naming the file and the section; a legacy container is resumed, saying exactly what this plan needs
 and the file does not carry."""
+
 import dataclasses, shutil
 
 import pytest
@@ -35,11 +36,18 @@ def test_a_v3_container_lacking_what_the_plan_needs_is_refused(runs, tmp_path, c
     assert len(read_jsonl(RunPaths(run).lineage)) == 1  # refused before anything was written
 
 
-@pytest.mark.parametrize("version,plan,lacks", [
-    (1, "aux_stress", ["EMA teacher", "fp32-factor fallback latch", "stress monitor history", "numeric environment"]),
-    (2, "aux_stress", ["stress monitor history", "numeric environment"]),
-    (1, "plain", ["numeric environment"]),  # an fp32 plan without aux or stress needs none of the rest
-])
+@pytest.mark.parametrize(
+    "version,plan,lacks",
+    [
+        (
+            1,
+            "aux_stress",
+            ["EMA teacher", "fp32-factor fallback latch", "stress monitor history", "numeric environment"],
+        ),
+        (2, "aux_stress", ["stress monitor history", "numeric environment"]),
+        (1, "plain", ["numeric environment"]),  # an fp32 plan without aux or stress needs none of the rest
+    ],
+)
 def test_a_legacy_container_reports_exactly_what_this_plan_lacks(runs, tmp_path, capsys, version, plan, lacks):
     cfg = AUX_STRESS if plan == "aux_stress" else PLAIN
     run = tmp_path / "run"

@@ -1,5 +1,6 @@
 """Fast unit checks of the pieces the same-run promise rests on: each one fails if its piece regresses, in seconds,
 without training a run (the resume tests prove the whole; these say which piece broke)."""
+
 import copy
 import tempfile
 
@@ -103,8 +104,9 @@ def test_ranks_whose_fingerprints_differ_are_a_hard_error(monkeypatch):
     with pytest.raises(RuntimeError, match="ranks diverged at step 7"):
         check_fingerprints("0123456789abcdef", 7, DistInfo(rank=0, world=2))
     assert seen
-    monkeypatch.setattr(ddist.dist, "all_gather",
-                        lambda out, mine: fake_all_gather(out, mine, ("0123456789abcdef",) * 2))
+    monkeypatch.setattr(
+        ddist.dist, "all_gather", lambda out, mine: fake_all_gather(out, mine, ("0123456789abcdef",) * 2)
+    )
     check_fingerprints("0123456789abcdef", 8, DistInfo(rank=1, world=2))  # equal: no error
 
 

@@ -1,13 +1,25 @@
 """Issue 15, item 4: v3 sections are checked with xxh3_64 (checksum id 1 in the header), v3 files with crc32
-(id 0) still load, and the zero-copy read — tensors as views of one huge-page buffer — still refuses any damaged byte before
-a tensor reaches the caller."""
+(id 0) still load, and the zero-copy read — tensors as views of one huge-page buffer — still refuses any damaged byte
+before a tensor reaches the caller."""
+
 import struct, zlib
 
 import pytest
 import torch
 
-from dormouse.container import (ENTRY, HEADER, HEADER_LEN, SECTIONS, WRITE_CHECKSUM, CheckpointError, RunState,
-                                load_ckpt, read_header, save_ckpt, section_checks)
+from dormouse.container import (
+    ENTRY,
+    HEADER,
+    HEADER_LEN,
+    SECTIONS,
+    WRITE_CHECKSUM,
+    CheckpointError,
+    RunState,
+    load_ckpt,
+    read_header,
+    save_ckpt,
+    section_checks,
+)
 from dormouse.numerics import numeric_env
 from dormouse.rng import keyed_normal, keyed_randint
 
@@ -23,8 +35,16 @@ def big_state():
             p.grad = p.detach() * 0.5
     opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
     opt.step()
-    return RunState(step=7, model=lin.state_dict(), optim=opt.state_dict(), teacher=None, flags=0, stress=None,
-                    table_step=7, env=numeric_env(threads=1))
+    return RunState(
+        step=7,
+        model=lin.state_dict(),
+        optim=opt.state_dict(),
+        teacher=None,
+        flags=0,
+        stress=None,
+        table_step=7,
+        env=numeric_env(threads=1),
+    )
 
 
 def resigned(blob, algo, crc=zlib.crc32):
@@ -33,7 +53,7 @@ def resigned(blob, algo, crc=zlib.crc32):
     for j in range(len(SECTIONS)):
         at = HEADER.size + j * ENTRY.size
         tag, off, ln, _, pr = ENTRY.unpack_from(head, at)
-        ENTRY.pack_into(head, at, tag, off, ln, crc(blob[off:off + ln]), pr)
+        ENTRY.pack_into(head, at, tag, off, ln, crc(blob[off : off + ln]), pr)
     head[192:196] = struct.pack("<I", algo)
     head[-4:] = struct.pack("<I", zlib.crc32(bytes(head[:-4])))
     return bytes(head) + blob[HEADER_LEN:]

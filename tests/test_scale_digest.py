@@ -1,6 +1,7 @@
 """Issue 15, item 1: the n-gram tables' digest is kept current in O(rows touched) and always equals a full
 recomputation — after many steps, across a sidecar save/load, on tables built from a sidecar and resumed — and the
 fingerprint it feeds still changes with any single bit of weight or momentum."""
+
 import hashlib
 
 import numpy as np

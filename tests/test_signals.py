@@ -1,5 +1,6 @@
 """SIGTERM is Ctrl-C: what a batch scheduler sends stops the run at the next step boundary with a checkpoint, in one
 process and under torchrun, and the resume is bitwise the run that was never stopped."""
+
 import os, signal, subprocess, sys, threading, time
 
 import pytest
@@ -57,6 +58,7 @@ def test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise(cfg_fil
         while rows(run) < 10 and time.time() - t0 < 120:
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGTERM)
+
     threading.Thread(target=term_after_10_rows, daemon=True).start()
     df = fit(cfg, run, progress=False)
     assert df.attrs == {"interrupted": True, "signal": "SIGTERM", "exit_status": 143}, df.attrs
@@ -85,12 +87,27 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
 
 
 def torchrun(cfg_file, run, *extra, wait=True):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dormouse.cli",
-           "train", "--config", str(cfg_file), "--run-dir", str(run), "--quiet", *map(str, extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "dormouse.cli",
+        "train",
+        "--config",
+        str(cfg_file),
+        "--run-dir",
+        str(run),
+        "--quiet",
+        *map(str, extra),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 

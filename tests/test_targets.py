@@ -1,5 +1,7 @@
-"""Offline JEPA targets (issue 9): a run that reads precomputed targets is the same run across a resume, carries no teacher,
-and refuses targets that were not built for it — uncovered steps, another pre_batches, damaged shards, other content."""
+"""Offline JEPA targets (issue 9): a run that reads precomputed targets is the same run across a resume, carries no
+teacher, and refuses targets that were not built for it — uncovered steps, another pre_batches, damaged shards, other
+content."""
+
 import dataclasses, shutil
 from pathlib import Path
 
@@ -55,11 +57,14 @@ def test_resume_with_offline_targets_is_bitwise(combo, teacher, tmp_path):
 
 
 def test_offline_targets_equal_a_frozen_ema_teacher(tmp_path):
-    "With the teacher frozen at the student's init (ema_momentum=1) and no n-gram features, both aux paths are one objective."
+    """With the teacher frozen at the student's init (ema_momentum=1) and no n-gram features, both aux paths are one
+    objective."""
     base = tiny_cfg(aux=True, steps=12, ckpt_every=6, ema_momentum=1.0)
     base = dataclasses.replace(base, model=dataclasses.replace(base.model, ngram_orders=[]))
     parts = build_parts(base)
-    init = save_run_ckpt(tmp_path / "init", to_run_state(parts, numeric_env(threads=base.threads)), parts.tables, keep=1)
+    init = save_run_ckpt(
+        tmp_path / "init", to_run_state(parts, numeric_env(threads=base.threads)), parts.tables, keep=1
+    )
     off = dataclasses.replace(base, jepa_targets=str(tmp_path / "targets"))
     precompute_jepa_targets(off, init, off.jepa_targets, progress=False)
     fit(base, tmp_path / "ema", progress=False)
@@ -86,7 +91,9 @@ def test_refuses_targets_of_another_pre_batches(teacher, tmp_path):
     precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False)
     qc = dataclasses.replace(cfg, quant_check=True)  # one more probe batch: step s reads batch s + 2
     assert pre_batches(qc) == pre_batches(cfg) + 1
-    with pytest.raises(TargetsError, match=r"step 0 was computed on batch 1, but this run reads batch 2.*pre_batches 1.*has 2"):
+    with pytest.raises(
+        TargetsError, match=r"step 0 was computed on batch 1, but this run reads batch 2.*pre_batches 1.*has 2"
+    ):
         fit(qc, tmp_path / "run", progress=False)
     assert not list_ckpts(tmp_path / "run" / "ckpt")
 
@@ -126,10 +133,12 @@ def test_other_targets_on_resume_are_drift(teacher, tmp_path):
 def test_failed_precompute_leaves_nothing(teacher, tmp_path, monkeypatch):
     cfg = run_cfg(tmp_path / "targets", steps=12)
     real = targets_mod.depth_for_step
+
     def boom(c, s):
         if s == 7:
             raise RuntimeError("killed at step 7")
         return real(c, s)
+
     monkeypatch.setattr(targets_mod, "depth_for_step", boom)
     with pytest.raises(RuntimeError, match="killed"):
         precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False, shard_steps=4)

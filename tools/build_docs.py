@@ -3,9 +3,9 @@
 
 Every notebook becomes one page (index.ipynb -> index.html, 00_config.ipynb -> config.html, as nbdev names them), with
 a navigation sidebar listing all pages (index first, then by file name, as nbdev's sidebar.yml orders them). Cells are
-shown the way nbdev shows them: `#|` directive lines are stripped, `#| hide` cells are dropped, the source of `#| export`
-cells is replaced by API docs (signature, docstring and docments parameter table of each public function and class the
-cell defines), and saved outputs — the notebooks' plots and tables — are embedded as they are.
+shown the way nbdev shows them: `#|` directive lines are stripped, `#| hide` cells are dropped, the source of
+`#| export` cells is replaced by API docs (signature, docstring and docments parameter table of each public function and
+class the cell defines), and saved outputs — the notebooks' plots and tables — are embedded as they are.
 
 The pages are self-contained: nbconvert's "basic" template (no MathJax, no require.js, no CDN links) with inline CSS and
 images as data: URIs, so the site opens offline, from a file or any static server.
@@ -15,6 +15,7 @@ Usage: python tools/build_docs.py [--out _docs] [--sidebar]
   --sidebar   also (re)write nbs/sidebar.yml, the navigation `nbdev_docs` uses where Quarto is installed
 Exits 1 if any notebook fails to render (the others are still written).
 """
+
 from __future__ import annotations
 import argparse, ast, configparser, copy, html, io, re, shutil, sys, tokenize, warnings
 from pathlib import Path
@@ -71,12 +72,20 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, comments: dict[int, str]
     pos = a.posonlyargs + a.args
     defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
     rows = []
+
     def add(arg, default, prefix=""):
         end = (default or arg.annotation or arg).end_lineno
         line_args = [x for x in pos + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None and x.lineno == arg.lineno]
         mine = comments.get(end) if line_args and line_args[-1] is arg else None
-        rows.append((prefix + arg.arg, ast.unparse(arg.annotation) if arg.annotation else "",
-                     ast.unparse(default) if default is not None else "", mine or ""))
+        rows.append(
+            (
+                prefix + arg.arg,
+                ast.unparse(arg.annotation) if arg.annotation else "",
+                ast.unparse(default) if default is not None else "",
+                mine or "",
+            )
+        )
+
     for i, (arg, d) in enumerate(zip(pos, defaults)):
         if i == 0 and skip_self and arg.arg in ("self", "cls"):
             continue
@@ -100,6 +109,7 @@ def _sig(keyword: str, name: str, params: list[tuple], returns: str = "") -> str
 
 def _md(text: str) -> str:
     from nbconvert.filters.markdown import markdown2html
+
     return markdown2html(text) if text else ""
 
 
@@ -107,9 +117,15 @@ def _table(params: list[tuple], ret: tuple | None = None) -> str:
     rows = [p for p in params if p[3]] + ([ret] if ret and ret[3] else [])
     if not rows:
         return ""
-    body = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{'<code>' + html.escape(t) + '</code>' if t else ''}</td>"
-                   f"<td>{'<code>' + html.escape(d) + '</code>' if d else ''}</td><td>{_md(c)}</td></tr>" for n, t, d, c in rows)
-    return f'<table class="params"><thead><tr><th></th><th>type</th><th>default</th><th>details</th></tr></thead><tbody>{body}</tbody></table>'
+    body = "".join(
+        f"<tr><td><code>{html.escape(n)}</code></td><td>{'<code>' + html.escape(t) + '</code>' if t else ''}</td>"
+        f"<td>{'<code>' + html.escape(d) + '</code>' if d else ''}</td><td>{_md(c)}</td></tr>"
+        for n, t, d, c in rows
+    )
+    return (
+        '<table class="params"><thead><tr><th></th><th>type</th><th>default</th><th>details</th></tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def _func_doc(fn, comments, module: str, level: int, owner: str = "") -> str:
@@ -120,11 +136,19 @@ def _func_doc(fn, comments, module: str, level: int, owner: str = "") -> str:
     if ret_row and any(ret_row[3] == p[3] for p in params):
         ret_row = None  # that comment belongs to the last parameter
     full = f"{owner}.{fn.name}" if owner else fn.name
-    sig = f"{full}" + (f": {ret}" if ret else "") if is_prop else _sig("async def" if isinstance(fn, ast.AsyncFunctionDef) else "def", full, params, ret)
-    return (f'<div class="api api-l{level}"><h{2 + level} class="api-name" id="{html.escape(full)}"><code>{html.escape(full)}</code>'
-            f'{" <small>property</small>" if is_prop else ""}<a class="anchor-link" href="#{html.escape(full)}">¶</a></h{2 + level}>'
-            f'<pre class="sig">{html.escape(sig)}</pre><div class="doc">{_md(ast.get_docstring(fn) or "")}</div>'
-            f"{_table(params, ret_row)}</div>")
+    sig = (
+        f"{full}" + (f": {ret}" if ret else "")
+        if is_prop
+        else _sig("async def" if isinstance(fn, ast.AsyncFunctionDef) else "def", full, params, ret)
+    )
+    return (
+        f'<div class="api api-l{level}"><h{2 + level} class="api-name" id="{html.escape(full)}">'
+        f"<code>{html.escape(full)}</code>"
+        f'{" <small>property</small>" if is_prop else ""}'
+        f'<a class="anchor-link" href="#{html.escape(full)}">¶</a></h{2 + level}>'
+        f'<pre class="sig">{html.escape(sig)}</pre><div class="doc">{_md(ast.get_docstring(fn) or "")}</div>'
+        f"{_table(params, ret_row)}</div>"
+    )
 
 
 def _class_doc(cls: ast.ClassDef, comments, module: str) -> str:
@@ -134,15 +158,29 @@ def _class_doc(cls: ast.ClassDef, comments, module: str) -> str:
     if init is not None:
         params = _params(init, comments, skip_self=True)
     else:  # a dataclass: its annotated fields are its parameters
-        params = [(f.target.id, ast.unparse(f.annotation), ast.unparse(f.value) if f.value is not None else "", comments.get(f.end_lineno, ""))
-                  for f in fields]
-    sig = _sig("class", cls.name + (f"({bases})" if bases and init is None and not fields else ""), params) if (params or init) else \
-          f"class {cls.name}" + (f"({bases})" if bases else "")
-    methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+        params = [
+            (
+                f.target.id,
+                ast.unparse(f.annotation),
+                ast.unparse(f.value) if f.value is not None else "",
+                comments.get(f.end_lineno, ""),
+            )
+            for f in fields
+        ]
+    sig = (
+        _sig("class", cls.name + (f"({bases})" if bases and init is None and not fields else ""), params)
+        if (params or init)
+        else f"class {cls.name}" + (f"({bases})" if bases else "")
+    )
+    methods = [
+        n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")
+    ]
     inner = "".join(_func_doc(m, comments, module, 2, cls.name) for m in methods)
-    return (f'<div class="api api-l1"><h3 class="api-name" id="{cls.name}"><code>{cls.name}</code>'
-            f'<a class="anchor-link" href="#{cls.name}">¶</a></h3><pre class="sig">{html.escape(sig)}</pre>'
-            f'<div class="doc">{_md(ast.get_docstring(cls) or "")}</div>{_table(params)}{inner}</div>')
+    return (
+        f'<div class="api api-l1"><h3 class="api-name" id="{cls.name}"><code>{cls.name}</code>'
+        f'<a class="anchor-link" href="#{cls.name}">¶</a></h3><pre class="sig">{html.escape(sig)}</pre>'
+        f'<div class="doc">{_md(ast.get_docstring(cls) or "")}</div>{_table(params)}{inner}</div>'
+    )
 
 
 def api_docs(src: str, module: str) -> tuple[str, list[str]]:
@@ -192,6 +230,7 @@ def _clean_outputs(outputs: list) -> list:
 def prepare(nb, nb_path: Path):
     "A copy of `nb` as the page shows it, and the exported names it documents."
     import nbformat
+
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
     module, cells, names = "", [], []
@@ -214,8 +253,13 @@ def prepare(nb, nb_path: Path):
                 c.source = src
                 cells.append(c)
             if docs:
-                cells.append(nbformat.v4.new_code_cell(source="", metadata={"tags": ["remove_input"]}, outputs=[
-                    nbformat.v4.new_output("display_data", data={"text/html": docs})]))
+                cells.append(
+                    nbformat.v4.new_code_cell(
+                        source="",
+                        metadata={"tags": ["remove_input"]},
+                        outputs=[nbformat.v4.new_output("display_data", data={"text/html": docs})],
+                    )
+                )
             continue
         c.source = src
         if dirs.get("echo", "").lower() == "false":
@@ -234,8 +278,10 @@ def prepare(nb, nb_path: Path):
 
 CSS = """
 *{box-sizing:border-box}
-body{margin:0;font:16px/1.55 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:#1f2328;background:#fff}
-.sidebar{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;padding:1.2rem 1rem;background:#f6f8fa;border-right:1px solid #d0d7de}
+body{margin:0;font:16px/1.55 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;\
+color:#1f2328;background:#fff}
+.sidebar{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;padding:1.2rem 1rem;background:#f6f8fa;\
+border-right:1px solid #d0d7de}
 .sidebar .brand{display:block;font-weight:700;font-size:1.25rem;color:#1f2328;text-decoration:none;margin-bottom:1rem}
 .sidebar ul{list-style:none;margin:0;padding:0}.sidebar li{margin:.15rem 0}
 .sidebar a{color:#0969da;text-decoration:none}.sidebar a:hover{text-decoration:underline}
@@ -245,7 +291,8 @@ main{margin-left:250px;padding:1.5rem 2.5rem 4rem;max-width:1150px}
 h1,h2,h3,h4{line-height:1.25}h1{border-bottom:1px solid #d0d7de;padding-bottom:.3rem}
 a.anchor-link{visibility:hidden;margin-left:.3rem;text-decoration:none;color:#8c959f}
 h1:hover a.anchor-link,h2:hover a.anchor-link,h3:hover a.anchor-link,h4:hover a.anchor-link{visibility:visible}
-code{font:.88em/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#eff1f3;padding:.1em .3em;border-radius:4px}
+code{font:.88em/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#eff1f3;padding:.1em .3em;\
+border-radius:4px}
 pre{font:.85rem/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-x:auto}
 pre code{background:none;padding:0}
 blockquote{margin:0 0 1rem;padding:.1rem 1rem;border-left:4px solid #d0d7de;color:#57606a}
@@ -268,11 +315,13 @@ footer{margin-top:3rem;color:#57606a;font-size:.85rem}
 
 
 def page_html(title: str, body: str, nav: str, css: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<link rel="icon" href="data:,"><title>{html.escape(title)}</title><style>{css}</style></head>\n'
-            f'<body><nav class="sidebar">{nav}</nav>\n<main>{body}\n'
-            f'<footer>Generated from the notebook by tools/build_docs.py.</footer></main></body></html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="data:,"><title>{html.escape(title)}</title><style>{css}</style></head>\n'
+        f'<body><nav class="sidebar">{nav}</nav>\n<main>{body}\n'
+        f'<footer>Generated from the notebook by tools/build_docs.py.</footer></main></body></html>\n'
+    )
 
 
 def render(nb_path: Path) -> tuple[str, str, list[str]]:
@@ -280,6 +329,7 @@ def render(nb_path: Path) -> tuple[str, str, list[str]]:
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
+
     with warnings.catch_warnings():  # clean notebooks carry no cell ids; nbformat warns about it on read
         warnings.simplefilter("ignore")
         nb = nbformat.read(nb_path, as_version=4)
@@ -290,7 +340,9 @@ def render(nb_path: Path) -> tuple[str, str, list[str]]:
     body, _ = ex.from_notebook_node(page_nb)
     ext = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//", body, re.I)
     if ext:
-        raise ValueError(f"the page would load {len(ext)} external resource(s), e.g. {ext[0]!r}: the site must work offline")
+        raise ValueError(
+            f"the page would load {len(ext)} external resource(s), e.g. {ext[0]!r}: the site must work offline"
+        )
     return title, body, names
 
 
@@ -298,8 +350,15 @@ def nav_html(pages: list[tuple[str, str]], current: str, names: list[str]) -> st
     items = []
     for name, label in pages:
         cur = name == current
-        toc = ("<ul class=\"api-toc\">" + "".join(f'<li><a href="#{html.escape(n)}"><code>{html.escape(n)}</code></a></li>'
-                                                  for n in names) + "</ul>") if cur and names else ""
+        toc = (
+            (
+                "<ul class=\"api-toc\">"
+                + "".join(f'<li><a href="#{html.escape(n)}"><code>{html.escape(n)}</code></a></li>' for n in names)
+                + "</ul>"
+            )
+            if cur and names
+            else ""
+        )
         cls = ' class="current"' if cur else ""
         items.append(f'<li{cls}><a href="{name}">{html.escape(label)}</a>{toc}</li>')
     return f'<a class="brand" href="index.html">dormouse</a><ul>{"".join(items)}</ul>'
@@ -308,6 +367,7 @@ def nav_html(pages: list[tuple[str, str]], current: str, names: list[str]) -> st
 def build(out: Path, nbs: Path) -> list[str]:
     "Write the site into `out` (replaced); returns the failures, one line each."
     from pygments.formatters import HtmlFormatter
+
     paths = notebooks(nbs)
     if not paths:
         return [f"no notebooks in {nbs}"]
@@ -327,12 +387,17 @@ def build(out: Path, nbs: Path) -> list[str]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         failures.append(f"two notebooks map to the same page: {sorted(dup)}")
-    pages = [(page_name(p), "dormouse" if p.stem == "index" else (t.split(" — ")[0].strip() or p.stem)) for p, t, _, _ in rendered]
+    pages = [
+        (page_name(p), "dormouse" if p.stem == "index" else (t.split(" — ")[0].strip() or p.stem))
+        for p, t, _, _ in rendered
+    ]
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for p, title, body, api in rendered:
-        (out / page_name(p)).write_text(page_html(title, body, nav_html(pages, page_name(p), api), css), encoding="utf-8")
+        (out / page_name(p)).write_text(
+            page_html(title, body, nav_html(pages, page_name(p), api), css), encoding="utf-8"
+        )
     return failures
 
 

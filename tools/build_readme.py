@@ -4,6 +4,7 @@
 Markdown cells are copied as they are; code cells are shown as python blocks with their text outputs.
 Usage: python tools/build_readme.py [--check]   (--check exits 1 if README.md is stale)
 """
+
 import json, sys
 from pathlib import Path
 

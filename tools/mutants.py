@@ -14,10 +14,12 @@ Usage:
   python tools/mutants.py --anchors       check that every edit still applies exactly once (seconds; after a merge)
   python tools/mutants.py --only NAME ..  run some mutants
   python tools/mutants.py --record        also write tools/mutants_score.json (the score README and the notebook show)
+  python tools/mutants.py --check-record  fail unless the score is the recorded one (CI)
 First the union of the kill sets runs on the unmutated library: a test that already fails would "kill" anything.
 Exit status: 0 when every mutant is killed; 1 when one survives; 2 when an anchor is missing, a kill set is broken, or
 a kill set fails without a mutant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,6 +44,7 @@ BASELINE = "(unmutated library)"  # the run of every kill set with no edit: must
 @dataclass
 class Mutant:
     "One way the promise can break: edits to the library, and the tests that must notice."
+
     name: str  # short, unique
     why: str  # the promise it breaks, in words
     edits: list  # [(file under dormouse/, anchor text, replacement)]; each anchor occurs exactly once
@@ -61,158 +64,340 @@ UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 MUTANTS = [
     # ADR-0021's inventory
-    Mutant("teacher_not_saved", "item 1: the container carries no EMA teacher, so a resume cannot continue it",
-           [edit("parts.py", "teacher=parts.teacher.state_dict() if parts.teacher is not None else None,",
-                 "teacher=None,")],
-           [CRASH]),
-    Mutant("teacher_not_frozen_after_load",
-           "item 1: restore rebuilds the teacher from the student and loads its record without the freeze",
-           [edit("parts.py", "import hashlib, json", "import copy, hashlib, json"),
-            edit("parts.py", "            parts.teacher.load_state_dict(ck.teacher)",
-                 "            parts.teacher = copy.deepcopy(parts.model)\n"
-                 "            parts.teacher.load_state_dict(ck.teacher)"),
-            edit("parts.py", "        freeze(parts.teacher)\n", "")],
-           [f"{UNITS}::test_restore_leaves_the_teacher_frozen_and_in_eval_mode"]),
-    Mutant("latch_not_persisted", "item 2: the fp32 fallback latch is not in the container; a resume quantises again",
-           [edit("parts.py", "flags=parts.latch.flags,", "flags=0,"),
-            edit("parts.py", "latch=parts.latch.to_json())", "latch=None)")],
-           [CRASH]),
-    Mutant("compute_not_reapplied_after_load",
-           "ADR headline bug: a resumed quant run trains the default forward while its log names the quant format",
-           [edit("parts.py", "    apply_settings(parts, cfg)  # after the load as well as before it", "    pass  #")],
-           ["tests/test_same_run_forward.py::test_a_load_into_fresh_parts_runs_the_forward_the_run_ran"]),
-    Mutant("mask_from_global_rng", "item 3: the JEPA mask is drawn from torch's global RNG, not keyed by (seed, step)",
-           [edit("mask.py", "keyed_uniform(seed, step, STREAM_MASK, batch * t).reshape(batch, t)",
-                 "torch.rand(batch, t).numpy()")],
-           [f"{UNITS}::test_the_mask_is_a_pure_function_of_seed_and_step"]),
-    Mutant("mask_keyed_on_a_counter", "item 3: the mask is keyed on how many masks this process drew, not the step",
-           [edit("mask.py", "    starts = keyed_uniform(seed, step,",
-                 "    mask_stream.calls = getattr(mask_stream, 'calls', -1) + 1\n"
-                 "    starts = keyed_uniform(seed, mask_stream.calls,")],
-           [f"{UNITS}::test_the_mask_is_a_pure_function_of_seed_and_step"]),
-    *[Mutant(f"snapshot_drops_{key}", f"items 5/8: `{key}` is not in the config snapshot, so its drift goes unseen",
-             [edit("config.py", "    return SNAPSHOT_MARK + tomli_w.dumps(cfg_to_dict(cfg))",
-                   "    return SNAPSHOT_MARK + tomli_w.dumps({k: v for k, v in cfg_to_dict(cfg).items() "
-                   f"if k != '{key}'}})")],
-             [f"{UNITS}::test_the_snapshot_carries_every_field_and_each_reaches_the_drift_check"])
-      for key in ("seed", "rand_depth", "eval_batches", "eval_depths")],
-    Mutant("pre_batches_not_counted_on_resume", "item 6: a resumed run lands pre_batches behind and re-trains batches",
-           [edit("train.py", "pb, t0, stopped = pre_batches(cfg), time.time(), False",
-                 "pb, t0, stopped = 0 if seg.start else pre_batches(cfg), time.time(), False")],
-           [CRASH]),
-    Mutant("sidecar_not_written_on_final_save",
-           "item 7: a final save off the ckpt_every cadence writes no sidecar; the tables fall behind the model",
-           [edit("train.py", "                    checkpoint(seg, log, di, commits)\n",
-                 "                    checkpoint(seg, log, di, commits) if done % cfg.ckpt_every == 0 else \\\n"
-                 "                        commits.submit(to_run_state(seg.parts, seg.env), None)\n")],
-           [FINAL]),
-    Mutant("sidecar_stamp_not_checked", "item 7: a sidecar stamped with another train_step pairs with the container",
-           [edit("checkpoints.py", "    if hd.train_step != ck.step:", "    if False:"),
-            edit("checkpoints.py", "expect_train_step=ck.step", "expect_train_step=None")],
-           [f"{FUZZ}::test_sidecar_damage_and_mismatch"]),
+    Mutant(
+        "teacher_not_saved",
+        "item 1: the container carries no EMA teacher, so a resume cannot continue it",
+        [
+            edit(
+                "parts.py",
+                "teacher=parts.teacher.state_dict() if parts.teacher is not None else None,",
+                "teacher=None,",
+            )
+        ],
+        [CRASH],
+    ),
+    Mutant(
+        "teacher_not_frozen_after_load",
+        "item 1: restore rebuilds the teacher from the student and loads its record without the freeze",
+        [
+            edit("parts.py", "import hashlib, json", "import copy, hashlib, json"),
+            edit(
+                "parts.py",
+                "            parts.teacher.load_state_dict(ck.teacher)",
+                "            parts.teacher = copy.deepcopy(parts.model)\n"
+                "            parts.teacher.load_state_dict(ck.teacher)",
+            ),
+            edit("parts.py", "        freeze(parts.teacher)\n", ""),
+        ],
+        [f"{UNITS}::test_restore_leaves_the_teacher_frozen_and_in_eval_mode"],
+    ),
+    Mutant(
+        "latch_not_persisted",
+        "item 2: the fp32 fallback latch is not in the container; a resume quantises again",
+        [
+            edit("parts.py", "flags=parts.latch.flags,", "flags=0,"),
+            edit("parts.py", "latch=parts.latch.to_json())", "latch=None)"),
+        ],
+        [CRASH],
+    ),
+    Mutant(
+        "compute_not_reapplied_after_load",
+        "ADR headline bug: a resumed quant run trains the default forward while its log names the quant format",
+        [edit("parts.py", "    apply_settings(parts, cfg)  # after the load as well as before it", "    pass  #")],
+        ["tests/test_same_run_forward.py::test_a_load_into_fresh_parts_runs_the_forward_the_run_ran"],
+    ),
+    Mutant(
+        "mask_from_global_rng",
+        "item 3: the JEPA mask is drawn from torch's global RNG, not keyed by (seed, step)",
+        [
+            edit(
+                "mask.py",
+                "keyed_uniform(seed, step, STREAM_MASK, batch * t).reshape(batch, t)",
+                "torch.rand(batch, t).numpy()",
+            )
+        ],
+        [f"{UNITS}::test_the_mask_is_a_pure_function_of_seed_and_step"],
+    ),
+    Mutant(
+        "mask_keyed_on_a_counter",
+        "item 3: the mask is keyed on how many masks this process drew, not the step",
+        [
+            edit(
+                "mask.py",
+                "    starts = keyed_uniform(seed, step,",
+                "    mask_stream.calls = getattr(mask_stream, 'calls', -1) + 1\n"
+                "    starts = keyed_uniform(seed, mask_stream.calls,",
+            )
+        ],
+        [f"{UNITS}::test_the_mask_is_a_pure_function_of_seed_and_step"],
+    ),
+    *[
+        Mutant(
+            f"snapshot_drops_{key}",
+            f"items 5/8: `{key}` is not in the config snapshot, so its drift goes unseen",
+            [
+                edit(
+                    "config.py",
+                    "    return SNAPSHOT_MARK + tomli_w.dumps(cfg_to_dict(cfg))",
+                    "    return SNAPSHOT_MARK + tomli_w.dumps({k: v for k, v in cfg_to_dict(cfg).items() "
+                    f"if k != '{key}'}})",
+                )
+            ],
+            [f"{UNITS}::test_the_snapshot_carries_every_field_and_each_reaches_the_drift_check"],
+        )
+        for key in ("seed", "rand_depth", "eval_batches", "eval_depths")
+    ],
+    Mutant(
+        "pre_batches_not_counted_on_resume",
+        "item 6: a resumed run lands pre_batches behind and re-trains batches",
+        [
+            edit(
+                "train.py",
+                "pb, t0, stopped = pre_batches(cfg), time.time(), False",
+                "pb, t0, stopped = 0 if seg.start else pre_batches(cfg), time.time(), False",
+            )
+        ],
+        [CRASH],
+    ),
+    Mutant(
+        "sidecar_not_written_on_final_save",
+        "item 7: a final save off the ckpt_every cadence writes no sidecar; the tables fall behind the model",
+        [
+            edit(
+                "train.py",
+                "                    checkpoint(seg, log, di, commits)\n",
+                "                    checkpoint(seg, log, di, commits) if done % cfg.ckpt_every == 0 else \\\n"
+                "                        commits.submit(to_run_state(seg.parts, seg.env), None)\n",
+            )
+        ],
+        [FINAL],
+    ),
+    Mutant(
+        "sidecar_stamp_not_checked",
+        "item 7: a sidecar stamped with another train_step pairs with the container",
+        [
+            edit("checkpoints.py", "    if hd.train_step != ck.step:", "    if False:"),
+            edit("checkpoints.py", "expect_train_step=ck.step", "expect_train_step=None"),
+        ],
+        [f"{FUZZ}::test_sidecar_damage_and_mismatch"],
+    ),
     # the drift check's exempt class, and the schedule
-    Mutant("strict_key_made_progress", "rule 1: a key that reaches the forward (jepa_weight) may change on a resume",
-           [edit("config.py", '"eval", "eval_every"})', '"eval", "eval_every", "jepa_weight"})')],
-           [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"]),
-    Mutant("progress_key_made_strict", "rule 1: extending a run with another eval_every is refused as drift",
-           [edit("config.py", '"eval", "eval_every"})', '"eval"})')],
-           [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"]),
-    Mutant("lr_reads_steps", "extending a run changes LRs it already used: the decay is tied to `steps`",
-           [edit("step.py", "(step - cfg.decay_start) / max(1, cfg.decay_steps)",
-                 "(step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start)")],
-           [f"{UNITS}::test_the_lr_schedule_does_not_read_steps"]),
+    Mutant(
+        "strict_key_made_progress",
+        "rule 1: a key that reaches the forward (jepa_weight) may change on a resume",
+        [edit("config.py", '"eval", "eval_every"})', '"eval", "eval_every", "jepa_weight"})')],
+        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+    ),
+    Mutant(
+        "progress_key_made_strict",
+        "rule 1: extending a run with another eval_every is refused as drift",
+        [edit("config.py", '"eval", "eval_every"})', '"eval"})')],
+        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+    ),
+    Mutant(
+        "lr_reads_steps",
+        "extending a run changes LRs it already used: the decay is tied to `steps`",
+        [
+            edit(
+                "step.py",
+                "(step - cfg.decay_start) / max(1, cfg.decay_steps)",
+                "(step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start)",
+            )
+        ],
+        [f"{UNITS}::test_the_lr_schedule_does_not_read_steps"],
+    ),
     # run state the container carries
-    Mutant("stress_not_saved", "item 4: the stress window is not in the container",
-           [edit("parts.py", "stress=parts.stress, table_step=", "stress=None, table_step=")],
-           [CRASH]),
-    Mutant("stress_not_restored", "item 4: the stress window restarts empty on a resume",
-           [edit("parts.py", "        parts.stress = ck.stress", "        pass")],
-           [CRASH]),
-    Mutant("tables_not_restored", "a resume trains from empty n-gram tables",
-           [edit("parts.py", "        parts.tables = tables", "        pass")],
-           [CRASH]),
-    Mutant("table_step_not_restored", "the sidecar's table_step is not read back: the tables count from 0 again",
-           [edit("ngram.py", "    tables.table_step = hd.table_step", "    tables.table_step = 0")],
-           [CRASH]),
-    Mutant("optimiser_not_restored", "a resume restarts AdamW's moments from zero",
-           [edit("parts.py", "    parts.optim.load_state_dict(ck.optim)", "    pass")],
-           [CRASH]),
-    Mutant("depth_keyed_on_a_counter", "rule 3: rand_depth's draw is keyed on a process counter, not the step",
-           [edit("model.py", "    return int(keyed_randint(cfg.seed, step, STREAM_DEPTH,",
-                 "    depth_for_step.calls = getattr(depth_for_step, 'calls', -1) + 1\n"
-                 "    return int(keyed_randint(cfg.seed, depth_for_step.calls, STREAM_DEPTH,")],
-           [f"{UNITS}::test_the_depth_of_a_step_is_a_pure_function_of_seed_and_step"]),
+    Mutant(
+        "stress_not_saved",
+        "item 4: the stress window is not in the container",
+        [edit("parts.py", "stress=parts.stress, table_step=", "stress=None, table_step=")],
+        [CRASH],
+    ),
+    Mutant(
+        "stress_not_restored",
+        "item 4: the stress window restarts empty on a resume",
+        [edit("parts.py", "        parts.stress = ck.stress", "        pass")],
+        [CRASH],
+    ),
+    Mutant(
+        "tables_not_restored",
+        "a resume trains from empty n-gram tables",
+        [edit("parts.py", "        parts.tables = tables", "        pass")],
+        [CRASH],
+    ),
+    Mutant(
+        "table_step_not_restored",
+        "the sidecar's table_step is not read back: the tables count from 0 again",
+        [edit("ngram.py", "    tables.table_step = hd.table_step", "    tables.table_step = 0")],
+        [CRASH],
+    ),
+    Mutant(
+        "optimiser_not_restored",
+        "a resume restarts AdamW's moments from zero",
+        [edit("parts.py", "    parts.optim.load_state_dict(ck.optim)", "    pass")],
+        [CRASH],
+    ),
+    Mutant(
+        "depth_keyed_on_a_counter",
+        "rule 3: rand_depth's draw is keyed on a process counter, not the step",
+        [
+            edit(
+                "model.py",
+                "    return int(keyed_randint(cfg.seed, step, STREAM_DEPTH,",
+                "    depth_for_step.calls = getattr(depth_for_step, 'calls', -1) + 1\n"
+                "    return int(keyed_randint(cfg.seed, depth_for_step.calls, STREAM_DEPTH,",
+            )
+        ],
+        [f"{UNITS}::test_the_depth_of_a_step_is_a_pure_function_of_seed_and_step"],
+    ),
     # files on disk
-    Mutant("checksum_not_verified", "a container section whose bytes changed loads as if intact",
-           [edit("container.py", "if crc is not None and src.crc != crc: raise", "if False: raise")],
-           [f"{FUZZ}::test_v3_two_byte_bursts_in_every_section"]),
-    Mutant("atomic_write_is_direct", "a crash mid-write leaves a torn file: the temp file + rename is gone",
-           [edit("fsio.py", 'tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")', "tmp = path")],
-           [f"{UNITS}::test_a_failed_atomic_write_leaves_the_old_file_and_no_temp"]),
-    Mutant("rotation_deletes_newest", "rotation deletes the checkpoint it was asked to keep: the one just written",
-           [edit("checkpoints.py", "(m and int(m[1]) not in kept and int(m[1]) < newest)",
-                 "(m and (int(m[1]) not in kept or int(m[1]) == newest))")],
-           [f"{FUZZ}::test_rotation_of_a_clean_directory"]),
-    Mutant("torn_pair_loaded_without_tables",
-           "a checkpoint whose sidecar is torn or missing loads with fresh tables instead of being skipped",
-           [edit("checkpoints.py", "        msg, pre = str(e), ",
-                 "        return ck, None\n        msg, pre = str(e), ")],
-           [f"{FUZZ}::test_sidecar_damage_and_mismatch"]),
+    Mutant(
+        "checksum_not_verified",
+        "a container section whose bytes changed loads as if intact",
+        [edit("container.py", "if crc is not None and src.crc != crc: raise", "if False: raise")],
+        [f"{FUZZ}::test_v3_two_byte_bursts_in_every_section"],
+    ),
+    Mutant(
+        "atomic_write_is_direct",
+        "a crash mid-write leaves a torn file: the temp file + rename is gone",
+        [edit("fsio.py", 'tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")', "tmp = path")],
+        [f"{UNITS}::test_a_failed_atomic_write_leaves_the_old_file_and_no_temp"],
+    ),
+    Mutant(
+        "rotation_deletes_newest",
+        "rotation deletes the checkpoint it was asked to keep: the one just written",
+        [
+            edit(
+                "checkpoints.py",
+                "(m and int(m[1]) not in kept and int(m[1]) < newest)",
+                "(m and (int(m[1]) not in kept or int(m[1]) == newest))",
+            )
+        ],
+        [f"{FUZZ}::test_rotation_of_a_clean_directory"],
+    ),
+    Mutant(
+        "torn_pair_loaded_without_tables",
+        "a checkpoint whose sidecar is torn or missing loads with fresh tables instead of being skipped",
+        [edit("checkpoints.py", "        msg, pre = str(e), ", "        return ck, None\n        msg, pre = str(e), ")],
+        [f"{FUZZ}::test_sidecar_damage_and_mismatch"],
+    ),
     # what the log and the fingerprint say
-    Mutant("quant_column_from_config", "the row names the plan's quant format, not the forward that ran",
-           [edit("step.py", '"quant": ran["quant"]', '"quant": cfg.quant')],
-           ["tests/test_same_run_forward.py::test_the_row_reports_what_ran_not_what_the_plan_says"]),
-    Mutant("fingerprint_skips_teacher", "two runs whose teachers differ fingerprint the same",
-           [edit("parts.py", 'for tag, model in (("", parts.model), ("T", parts.teacher)):',
-                 'for tag, model in (("", parts.model),):')],
-           [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
-    Mutant("fingerprint_skips_tables", "two runs whose n-gram tables differ fingerprint the same",
-           [edit("parts.py", "    fingerprint_update(h, parts.tables)", "    pass")],
-           [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
-    Mutant("fingerprint_skips_optimiser", "two runs whose AdamW moments differ fingerprint the same",
-           [edit("parts.py", "    osd = parts.optim.state_dict()", '    osd = {"state": {}}')],
-           [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
-    Mutant("fingerprint_skips_stress", "two runs whose stress windows differ fingerprint the same",
-           [edit("parts.py", "        h.update(parts.stress.to_bytes())", "        pass")],
-           [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"]),
+    Mutant(
+        "quant_column_from_config",
+        "the row names the plan's quant format, not the forward that ran",
+        [edit("step.py", '"quant": ran["quant"]', '"quant": cfg.quant')],
+        ["tests/test_same_run_forward.py::test_the_row_reports_what_ran_not_what_the_plan_says"],
+    ),
+    Mutant(
+        "fingerprint_skips_teacher",
+        "two runs whose teachers differ fingerprint the same",
+        [
+            edit(
+                "parts.py",
+                'for tag, model in (("", parts.model), ("T", parts.teacher)):',
+                'for tag, model in (("", parts.model),):',
+            )
+        ],
+        [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"],
+    ),
+    Mutant(
+        "fingerprint_skips_tables",
+        "two runs whose n-gram tables differ fingerprint the same",
+        [edit("parts.py", "    fingerprint_update(h, parts.tables)", "    pass")],
+        [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"],
+    ),
+    Mutant(
+        "fingerprint_skips_optimiser",
+        "two runs whose AdamW moments differ fingerprint the same",
+        [edit("parts.py", "    osd = parts.optim.state_dict()", '    osd = {"state": {}}')],
+        [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"],
+    ),
+    Mutant(
+        "fingerprint_skips_stress",
+        "two runs whose stress windows differ fingerprint the same",
+        [edit("parts.py", "        h.update(parts.stress.to_bytes())", "        pass")],
+        [f"{UNITS}::test_the_fingerprint_covers_every_piece_of_run_state"],
+    ),
     # resuming
-    Mutant("env_drift_not_checked", "a resume under another numeric environment goes ahead unrecorded",
-           [edit("numerics.py", "drift = env_diff(saved, now) if saved is not None else {}", "drift = {}")],
-           [f"{UNITS}::test_environment_drift_is_refused_naming_the_key_unless_allowed"]),
-    Mutant("drift_not_checked_on_resume",
-           "rule 1: config.toml is not diffed on resume: a checkpoint from before plan pinning is checked by nothing",
-           [edit("train.py", "    check_drift(snapshot, cfg, where=str(paths.config))", "    pass")],
-           [f"{RESUME}::test_a_checkpoint_from_before_plan_pinning_is_still_checked_against_config_toml"]),
-    Mutant("pinned_plan_not_checked", "rule 1: an edited config.toml lets another plan resume the run",
-           [edit("checkpoints.py", '    check_drift(plan, cfg, where=f"{path}, the plan pinned in the checkpoint")',
-                 "    pass")],
-           ["tests/test_pinned_plan.py::test_edited_config_toml_is_drift_naming_the_key_and_the_checkpoint"]),
-    Mutant("steps_below_reached_allowed", "a resume with fewer steps than reached rewrites the run's history",
-           [edit("train.py", "    if cfg.steps < ck.step:", "    if False:")],
-           [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"]),
-    Mutant("missing_state_not_refused", "rule 4: a v3 container lacking the teacher or stress resumes quietly",
-           [edit("parts.py", 'if lacks and not getattr(ck, "legacy", False):', "if False:")],
-           ["tests/test_same_run_missing.py::test_a_v3_container_lacking_what_the_plan_needs_is_refused"]),
-    Mutant("metrics_rows_duplicated_on_resume", "the curve has two rows for the steps past the resumed checkpoint",
-           [edit("train.py", 'if r["step"] < parts.step]', "]")],
-           [CRASH]),
-    Mutant("history_truncated_silently", "a bad line in the middle of metrics.jsonl silently drops the rows after it",
-           [edit("rundir.py", "if torn_tail and n == len(lines):", "if torn_tail:")],
-           [f"{UNITS}::test_a_bad_line_in_the_middle_of_the_history_is_an_error_not_a_truncation"]),
-    Mutant("run_dir_lock_not_taken", "two writers can train into one run directory at once",
-           [edit("train.py", "with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):",
-                 "with RunLock(paths.lock, enabled=False):")],
-           [f"{UNITS}::test_a_run_dir_held_by_another_writer_is_refused_before_anything_is_written"]),
-    Mutant("sigterm_not_handled", "a scheduler's SIGTERM kills the run between checkpoints instead of stopping at one",
-           [edit("train.py", "signals = (signal.SIGINT, signal.SIGTERM)", "signals = (signal.SIGINT,)")],
-           ["tests/test_signals.py::test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise"]),
+    Mutant(
+        "env_drift_not_checked",
+        "a resume under another numeric environment goes ahead unrecorded",
+        [edit("numerics.py", "drift = env_diff(saved, now) if saved is not None else {}", "drift = {}")],
+        [f"{UNITS}::test_environment_drift_is_refused_naming_the_key_unless_allowed"],
+    ),
+    Mutant(
+        "drift_not_checked_on_resume",
+        "rule 1: config.toml is not diffed on resume: a checkpoint from before plan pinning is checked by nothing",
+        [edit("train.py", "    check_drift(snapshot, cfg, where=str(paths.config))", "    pass")],
+        [f"{RESUME}::test_a_checkpoint_from_before_plan_pinning_is_still_checked_against_config_toml"],
+    ),
+    Mutant(
+        "pinned_plan_not_checked",
+        "rule 1: an edited config.toml lets another plan resume the run",
+        [
+            edit(
+                "checkpoints.py",
+                '    check_drift(plan, cfg, where=f"{path}, the plan pinned in the checkpoint")',
+                "    pass",
+            )
+        ],
+        ["tests/test_pinned_plan.py::test_edited_config_toml_is_drift_naming_the_key_and_the_checkpoint"],
+    ),
+    Mutant(
+        "steps_below_reached_allowed",
+        "a resume with fewer steps than reached rewrites the run's history",
+        [edit("train.py", "    if cfg.steps < ck.step:", "    if False:")],
+        [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"],
+    ),
+    Mutant(
+        "missing_state_not_refused",
+        "rule 4: a v3 container lacking the teacher or stress resumes quietly",
+        [edit("parts.py", 'if lacks and not getattr(ck, "legacy", False):', "if False:")],
+        ["tests/test_same_run_missing.py::test_a_v3_container_lacking_what_the_plan_needs_is_refused"],
+    ),
+    Mutant(
+        "metrics_rows_duplicated_on_resume",
+        "the curve has two rows for the steps past the resumed checkpoint",
+        [edit("train.py", 'if r["step"] < parts.step]', "]")],
+        [CRASH],
+    ),
+    Mutant(
+        "history_truncated_silently",
+        "a bad line in the middle of metrics.jsonl silently drops the rows after it",
+        [edit("rundir.py", "if torn_tail and n == len(lines):", "if torn_tail:")],
+        [f"{UNITS}::test_a_bad_line_in_the_middle_of_the_history_is_an_error_not_a_truncation"],
+    ),
+    Mutant(
+        "run_dir_lock_not_taken",
+        "two writers can train into one run directory at once",
+        [
+            edit(
+                "train.py",
+                "with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):",
+                "with RunLock(paths.lock, enabled=False):",
+            )
+        ],
+        [f"{UNITS}::test_a_run_dir_held_by_another_writer_is_refused_before_anything_is_written"],
+    ),
+    Mutant(
+        "sigterm_not_handled",
+        "a scheduler's SIGTERM kills the run between checkpoints instead of stopping at one",
+        [edit("train.py", "signals = (signal.SIGINT, signal.SIGTERM)", "signals = (signal.SIGINT,)")],
+        ["tests/test_signals.py::test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise"],
+    ),
     # DDP
-    Mutant("ddp_rank_slice_shifted", "every rank trains the first slice of the global batch",
-           [edit("step.py", "slice(rank * per, (rank + 1) * per)", "slice(0, per)")],
-           [f"{UNITS}::test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch"]),
-    Mutant("fingerprints_not_compared_across_ranks", "ranks that diverged go on training",
-           [edit("dist.py", "    if di.world == 1:\n        return\n    mine", "    return\n    mine")],
-           [f"{UNITS}::test_ranks_whose_fingerprints_differ_are_a_hard_error"]),
+    Mutant(
+        "ddp_rank_slice_shifted",
+        "every rank trains the first slice of the global batch",
+        [edit("step.py", "slice(rank * per, (rank + 1) * per)", "slice(0, per)")],
+        [f"{UNITS}::test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch"],
+    ),
+    Mutant(
+        "fingerprints_not_compared_across_ranks",
+        "ranks that diverged go on training",
+        [edit("dist.py", "    if di.world == 1:\n        return\n    mine", "    return\n    mine")],
+        [f"{UNITS}::test_ranks_whose_fingerprints_differ_are_a_hard_error"],
+    ),
 ]
 
 
@@ -324,6 +509,11 @@ def main(argv=None) -> int:
     ap.add_argument("--anchors", action="store_true", help="check every edit applies exactly once, run nothing")
     ap.add_argument("--no-baseline", action="store_true", help="skip running the kill sets on the unmutated library")
     ap.add_argument("--record", action="store_true", help=f"write the score to {SCORE_FILE.relative_to(ROOT)}")
+    ap.add_argument(
+        "--check-record",
+        action="store_true",
+        help="fail unless this run's score is the recorded one (what README and the notebook show)",
+    )
     a = ap.parse_args(argv)
     names = [m.name for m in MUTANTS]
     if len(set(names)) != len(names):
@@ -346,8 +536,12 @@ def main(argv=None) -> int:
     t0 = time.time()
     runs = list(todo)
     if not a.no_baseline:  # a kill set that fails on the unmutated library would "kill" every mutant it is given
-        runs.insert(0, Mutant(BASELINE, "every kill set passes on the library as it is", [],
-                              sorted({k for m in todo for k in m.kill})))
+        runs.insert(
+            0,
+            Mutant(
+                BASELINE, "every kill set passes on the library as it is", [], sorted({k for m in todo for k in m.kill})
+            ),
+        )
     results, base_ok = [], True
     width = max(len(m.name) for m in runs)
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
@@ -361,15 +555,35 @@ def main(argv=None) -> int:
     killed = sum(r["verdict"] == "killed" for r in results)
     survived = [r["name"] for r in results if r["verdict"] == "SURVIVED"]
     errors = [r["name"] for r in results if r["verdict"] == "ERROR"]
-    print(f"{killed} killed, {len(survived)} survived" + (f", {len(errors)} broken" if errors else "")
-          + f" ({time.time() - t0:.0f}s)")
+    print(
+        f"{killed} killed, {len(survived)} survived"
+        + (f", {len(errors)} broken" if errors else "")
+        + f" ({time.time() - t0:.0f}s)"
+    )
     if a.record and a.only is None and base_ok:
-        score = {"mutants": len(results), "killed": killed, "survived": survived, "broken": errors,
-                 "names": [r["name"] for r in results]}
+        score = {
+            "mutants": len(results),
+            "killed": killed,
+            "survived": survived,
+            "broken": errors,
+            "names": [r["name"] for r in results],
+        }
         SCORE_FILE.write_text(json.dumps(score, indent=1) + "\n")
+    if a.check_record and a.only is None:
+        rec = json.loads(SCORE_FILE.read_text()) if SCORE_FILE.exists() else {}
+        now = {"mutants": len(results), "killed": killed, "names": [r["name"] for r in results]}
+        if {k: rec.get(k) for k in now} != now:
+            print(
+                f"the recorded score ({rec.get('killed')} of {rec.get('mutants')}) is not this run's ({killed} of "
+                f"{len(results)}): run `python tools/mutants.py --record` and commit {SCORE_FILE.name}",
+                file=sys.stderr,
+            )
+            return 1
     if not base_ok:
-        print(f"{BASELINE}: the kill sets fail without any mutant, so no kill above means anything; fix the tests",
-              file=sys.stderr)
+        print(
+            f"{BASELINE}: the kill sets fail without any mutant, so no kill above means anything; fix the tests",
+            file=sys.stderr,
+        )
     if errors or not base_ok:
         return 2
     return 1 if survived else 0
