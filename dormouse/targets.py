@@ -20,6 +20,7 @@ from .quant import FallbackLatch, apply_compute_settings
 from .stcodec import st_bytes, st_load_bytes
 from .numerics import run_scope
 from .step import pre_batches
+from .rundir import RunLock
 
 # %% auto #0
 __all__ = ['FORMAT', 'VERSION', 'INDEX_NAME', 'SHARD_STEPS', 'COMPUTE_MODES', 'TargetsError', 'precompute_jepa_targets',
@@ -53,8 +54,11 @@ def precompute_jepa_targets(cfg: TrainCfg,  # the run the targets are for
                            ) -> Path:
     "Run a frozen model over exactly the batches and masks of `cfg`'s steps; write its masked hidden states."
     device = device or os.environ.get("DORMOUSE_DEVICE", "cpu")
-    with run_scope(cfg.threads, device):  # the run's threads and deterministic algorithms; the caller's come back
-        return _precompute(cfg, teacher_ckpt, out_path, steps, progress, shard_steps, compute, device)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the run's threads and deterministic algorithms (the caller's come back), and one writer of these targets
+    with run_scope(cfg.threads, device), RunLock(out.parent / f".{out.name}.lock"):
+        return _precompute(cfg, teacher_ckpt, out, steps, progress, shard_steps, compute, device)
 
 # %% ../nbs/13_targets.ipynb #a7cea35d
 def shard_bytes(hidden: torch.Tensor,  # float32 [rows, d_model]

@@ -2,6 +2,7 @@
 a stderr of one line without a traceback, and that nothing was written to the run directory (sizes and mtimes)."""
 
 import dataclasses
+import errno
 import os
 import shutil
 import socket
@@ -419,3 +420,26 @@ def test_serve_on_a_port_in_use_is_one_line(runs):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert f"127.0.0.1:{port}" in r.stderr and "pick another port" in r.stderr
+
+
+def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path, capsys, monkeypatch):
+    "ENOSPC while a checkpoint is written: one line naming the container and the cause; the last checkpoint loads."
+    import dormouse.checkpoints as ckpts
+    run = run_dir_copy(runs, tmp_path)
+    real = ckpts.save_v3
+
+    def full_disk(path, *a, **kw):
+        if Path(path).name == "step_000015.dmck":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(ckpts, "save_v3", full_disk)
+    monkeypatch.delenv("DORMOUSE_DEBUG", raising=False)
+    rc = main(["train", "--config", str(runs / "tiny.toml"), "--run-dir", str(run), "--resume", "--steps", "15",
+               "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "step_000015.dmck" in err and "No space left on device" in err, err
+    assert [p.name for p in sorted((run / "ckpt").glob("*.dmck"))][-1] == "step_000010.dmck"
+    ck, _, path = ckpts.find_latest(run / "ckpt", log=print)
+    assert ck.step == 10 and path.name == "step_000010.dmck"

@@ -12,7 +12,7 @@ from dormouse.config import DriftError, read_snapshot
 from dormouse.checkpoints import list_ckpts, save_run_ckpt
 from dormouse.container import load_ckpt
 from dormouse.numerics import numeric_env
-from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.parts import build_parts, to_run_state
 from dormouse.train import fit
 from dormouse.step import pre_batches
@@ -142,8 +142,19 @@ def test_failed_precompute_leaves_nothing(teacher, tmp_path, monkeypatch):
     monkeypatch.setattr(targets_mod, "depth_for_step", boom)
     with pytest.raises(RuntimeError, match="killed"):
         precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False, shard_steps=4)
-    assert list(tmp_path.iterdir()) == []  # no targets under the real name, no temp directory
+    left = [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")]  # the writer's lock file may stay
+    assert left == []  # no targets under the real name, no temp directory
     monkeypatch.undo()
     precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False)
     with pytest.raises(TargetsError, match="already exists"):
         precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False)
+
+
+def test_a_second_writer_of_the_same_targets_is_refused(teacher, tmp_path):
+    cfg = run_cfg(tmp_path / "targets", steps=4)
+    with RunLock(tmp_path / ".targets.lock"):  # another precompute is writing these targets
+        with pytest.raises(RunDirError, match="being written by another process"):
+            precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False)
+    assert not (tmp_path / "targets").exists()
+    precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False)  # once it is done, the path is free
+    assert (tmp_path / "targets" / "index.json").exists()
