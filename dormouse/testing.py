@@ -11,7 +11,7 @@ from .container import load_ckpt
 from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
-__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'state_diff', 'assert_same_state', 'assert_same_run']
+__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run']
 
 # %% ../nbs/09f_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -37,6 +37,15 @@ def final_ckpt(run_dir):
     return load_ckpt(cks[-1])
 
 # %% ../nbs/09f_testing.ipynb #6e6ce231
+def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+def bitwise_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    "Same dtype, shape and bytes: -0.0 is not 0.0, and a NaN equals the same NaN (unlike `torch.equal`)."
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    return torch.equal(_raw_bytes(x), _raw_bytes(y))
+
 def _tensor_diffs(a: dict | None, b: dict | None, name: str) -> list[str]:
     if (a is None) != (b is None):
         return [f"{name}: present in one state only"]
@@ -44,7 +53,7 @@ def _tensor_diffs(a: dict | None, b: dict | None, name: str) -> list[str]:
         return []
     if a.keys() != b.keys():
         return [f"{name}: keys differ {sorted(set(a) ^ set(b))}"]
-    return [f"{name}.{k}" for k in a if not torch.equal(a[k], b[k])]
+    return [f"{name}.{k}" for k in a if not bitwise_equal(a[k], b[k])]
 
 def _optim_diffs(a: dict, b: dict) -> list[str]:
     out = []
@@ -54,7 +63,7 @@ def _optim_diffs(a: dict, b: dict) -> list[str]:
     for i in sa.keys() & sb.keys():
         for k in sa[i].keys() | sb[i].keys():
             va, vb = sa[i].get(k), sb[i].get(k)
-            same = torch.equal(va, vb) if torch.is_tensor(va) and torch.is_tensor(vb) else va == vb
+            same = bitwise_equal(va, vb) if torch.is_tensor(va) and torch.is_tensor(vb) else va == vb
             if not same:
                 out.append(f"optim.{i}.{k}")
     if a["param_groups"] != b["param_groups"]:
