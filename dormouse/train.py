@@ -25,8 +25,8 @@ from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, 
 from .view import Progress
 
 # %% auto #0
-__all__ = ['pin_inputs', 'resume_into', 'Segment', 'open_segment', 'StopFlag', 'checkpoint', 'fingerprint', 'wrap_ddp',
-           'hold_run_dir', 'fit', 'close_segment']
+__all__ = ['pin_inputs', 'resume_into', 'Segment', 'open_segment', 'StopFlag', 'checkpoint', 'fingerprint', 'loop_helpers',
+           'wrap_ddp', 'hold_run_dir', 'fit', 'close_segment']
 
 # %% ../nbs/09_train.ipynb #943592db
 def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
@@ -186,6 +186,14 @@ def fingerprint(parts: Parts, step: int, di: DistInfo) -> str:
     check_fingerprints(fp, step, di)
     return fp
 
+def loop_helpers(seg: Segment, cfg: TrainCfg, progress, ckpt_background: bool) -> tuple:
+    "The metrics log, the progress display (rank 0) and the checkpoint committer of a segment's loop."
+    log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
+    ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
+                  show=progress is not False and seg.lead)
+    commits = Committer(seg.paths.ckpt_dir, keep=cfg.keep_ckpts, background=ckpt_background, pin=seg.pin)
+    return log, ui, commits
+
 def wrap_ddp(parts: Parts, device: str, di: DistInfo) -> None:
     "Under torchrun, train through a DistributedDataParallel wrapper of the student."
     if di.world > 1:
@@ -233,10 +241,7 @@ def fit(cfg: TrainCfg,  # the plan
         seg = open_segment(cfg, paths, corpus, resume, allow_env_drift, device, di)
         wrap_ddp(seg.parts, device, di)
         pb, t0, stopped = pre_batches(cfg), time.time(), False
-        log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
-        ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
-                      show=progress is not False and seg.lead)
-        commits = Committer(seg.paths.ckpt_dir, keep=cfg.keep_ckpts, background=ckpt_background, pin=seg.pin)
+        log, ui, commits = loop_helpers(seg, cfg, progress, ckpt_background)
         with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
             for step in range(seg.start, cfg.steps):
                 commits.check()  # a failed background commit raises here, at the step boundary
