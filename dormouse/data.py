@@ -159,6 +159,20 @@ def keyed_sequences(k: np.ndarray,  # run positions (int64)
         out[sel] = keyed_perm(n_seq, seed, int(e), stream, pos[sel])
     return out
 
+# %% ../nbs/03_data.ipynb #10896c58
+def _gather(read,  # read(lo, n) -> n bytes as uint8
+            idx: np.ndarray,  # int64 positions, any shape
+           ) -> np.ndarray:
+    "Bytes at integer positions of any shape: one `read` per contiguous piece of each row."
+    rows = idx.reshape(-1, idx.shape[-1] if idx.ndim else 1)
+    out = np.empty(rows.shape, dtype=np.uint8)
+    for r, row in enumerate(rows):
+        pos = 0
+        for piece in np.split(row, np.flatnonzero(np.diff(row) != 1) + 1):
+            out[r, pos:pos + len(piece)] = read(int(piece[0]), len(piece))
+            pos += len(piece)
+    return out.reshape(idx.shape)
+
 # %% ../nbs/03_data.ipynb #c144bcd5
 class FileBytes:
     "A corpus file read with pread: a file that shrank under the run is a `CorpusError` naming it, never a SIGBUS."
@@ -186,15 +200,7 @@ class FileBytes:
         if isinstance(idx, slice):
             lo, hi, _ = idx.indices(self.size)
             return self._read(lo, max(0, hi - lo))
-        idx = np.asarray(idx, dtype=np.int64)
-        rows = idx.reshape(-1, idx.shape[-1] if idx.ndim else 1)
-        out = np.empty(rows.shape, dtype=np.uint8)
-        for r, row in enumerate(rows):
-            pos = 0
-            for piece in np.split(row, np.flatnonzero(np.diff(row) != 1) + 1):
-                out[r, pos:pos + len(piece)] = self._read(int(piece[0]), len(piece))
-                pos += len(piece)
-        return out.reshape(idx.shape)
+        return _gather(self._read, np.asarray(idx, dtype=np.int64))
 
 # %% ../nbs/03_data.ipynb #e70fd5d7
 def _batch_index(k: np.ndarray,  # run positions of the batch's rows (int64)
