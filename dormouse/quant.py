@@ -158,6 +158,13 @@ class _Latch(_OneWay):
     def __repr__(self):
         return f"FallbackLatch(tripped={self._tripped}, reason={self._reason!r})"
 
+# %% ../nbs/04_quant.ipynb #b722cd72
+def _check_latch_record(rec) -> None:
+    "ValueError unless `rec` is a latch's JSON record: {'tripped': bool, 'reason': str}, reason '' unless tripped."
+    ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
+    if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
+        raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
+
 # %% ../nbs/04_quant.ipynb #c399a1aa
 class FallbackLatch(_Latch):
     "One-way fp32-factor fallback: once tripped, every factor runs fp32; nothing un-trips it."
@@ -183,13 +190,8 @@ class FallbackLatch(_Latch):
     @classmethod
     def from_json(cls, rec: dict) -> FallbackLatch:
         "The latch `to_json` recorded; ValueError saying what is wrong with anything else."
-        ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
-        if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
-            raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
-        latch = cls()
-        if rec["tripped"]:
-            latch.trip(rec["reason"])
-        return latch
+        _check_latch_record(rec)
+        return cls.from_flags(int(rec["tripped"]), rec["reason"])
 
     def __reduce__(self):
         return (FallbackLatch.from_json, (self.to_json(),))
