@@ -64,6 +64,14 @@ class LivePanel:
             display(fig)
         plt.close(fig)
 
+# %% ../nbs/09e_view.ipynb #2f174f02
+def _postfix(row: dict,  # the step's metrics row
+             tokens: int,  # tokens trained since the last refresh
+             seconds: float,  # seconds since the last refresh
+            ) -> dict:
+    "The progress bar's postfix: the step's loss, tokens per second, and the format the forward ran."
+    return {"loss": f"{row['loss']:.4f}", "tok_s": f"{tokens / max(seconds, 1e-9):,.0f}", "quant": row["quant"]}
+
 # %% ../nbs/09e_view.ipynb #3efa1455
 class Progress:
     "The progress bar and (in Jupyter) the live panel of a training loop; silent when `show` is False."
@@ -88,8 +96,7 @@ class Progress:
             self.bar.update(1)
             if done % self.log_every == 0 or done == self.steps:
                 now = time.time()
-                tok_s = f"{self.tokens / max(now - self.t_last, 1e-9):,.0f}"
-                self.bar.set_postfix(loss=f"{row['loss']:.4f}", tok_s=tok_s, quant=row["quant"])
+                self.bar.set_postfix(**_postfix(row, self.tokens, now - self.t_last))
                 self.t_last, self.tokens = now, 0
         if self.panel is not None and done % self.log_every == 0:
             self.panel.update(rows)
