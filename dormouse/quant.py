@@ -81,7 +81,8 @@ class FactorLinear(nn.Module):
         return self._quant
 
     @quant.setter
-    def quant(self, fmt: str): self._quant = check_format(fmt)
+    def quant(self, fmt: str):
+        self._quant = check_format(fmt)
 
     def weight(self) -> torch.Tensor:
         "The effective weight [out, in] this forward uses."
