@@ -9,16 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import torch
+from .config import DATA_ORDERS
+from .fsio import atomic_write_bytes
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
-__all__ = ['DATA_ORDERS', 'CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'COMPRESSORS', 'BASELINE_PREFIX', 'CorpusError', 'cache_dir',
-           'atomic_write', 'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus',
-           'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus', 'load_corpus', 'default_corpus_bytes',
-           'compressed_size', 'compressor_baselines']
+__all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'COMPRESSORS', 'BASELINE_PREFIX', 'CorpusError', 'cache_dir', 'cache_write',
+           'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus', 'min_corpus_bytes',
+           'keyed_sequences', 'FileBytes', 'Corpus', 'load_corpus', 'default_corpus_bytes', 'compressed_size',
+           'compressor_baselines']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
-DATA_ORDERS = ("shuffled", "stream")  # `data_order`: a keyed permutation per epoch | the ADR's contiguous layout
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
 SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages"})  # never part of a directory corpus
 
@@ -29,15 +30,10 @@ def cache_dir() -> Path:
     "Where built corpora and compressor baselines are cached: $DORMOUSE_CACHE, else ~/.cache/dormouse."
     return Path(os.environ.get("DORMOUSE_CACHE") or Path.home() / ".cache" / "dormouse")
 
-def atomic_write(path: Path, data: bytes) -> None:
-    "Write `data` to `path` atomically: a temp file, fsync, rename."
+def cache_write(path: Path, data: bytes) -> None:
+    "Write a cache entry atomically and durably (fsio's one writer), creating the cache directory if needed."
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data)
 
 # %% ../nbs/03_data.ipynb #a98cc6dd
 def source_files(root: Path,  # the directory
@@ -121,8 +117,8 @@ def build_dir_corpus(root: Path,  # the directory
             "n_train": sum(f["bytes"] for f in files if f["split"] == "train"), "sha256": _sha(raw),
             "manifest_sha256": _sha(manifest.encode("utf-8", "surrogateescape")), "files": files}
     try:
-        atomic_write(bin_p, raw)
-        atomic_write(meta_p, json.dumps(meta).encode())  # written last: its presence marks a complete build
+        cache_write(bin_p, raw)
+        cache_write(meta_p, json.dumps(meta).encode())  # written last: its presence marks a complete build
     except OSError as e:
         raise CorpusError(f"cannot write the corpus cache in {cache_dir()} ({e}); "
                           "set DORMOUSE_CACHE to a writable directory.") from None
@@ -317,5 +313,5 @@ def compressor_baselines(corpus: Corpus,  # the run's corpus
     for name in COMPRESSORS:
         out[name] = 8 * compressed_size(name, held) / len(held)
         out[f"{name} +train"] = 8 * (compressed_size(name, prefix + held) - compressed_size(name, prefix)) / len(held)
-    atomic_write(p, json.dumps(out).encode())
+    cache_write(p, json.dumps(out).encode())
     return out
