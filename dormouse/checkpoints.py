@@ -14,6 +14,7 @@ from .config import (ENV_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_di
 from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
+from .ngram import RowDigest
 from .ngram import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
 
 # %% auto #0
@@ -309,6 +310,9 @@ def snapshot(state: RunState,  # the live run state (its tensors may be the para
     tb, old = copy.copy(tables), into[1]
     tb.weight = _copy_tree(tables.weight, getattr(old, "weight", None))
     tb.momentum = _copy_tree(tables.momentum, getattr(old, "momentum", None))
+    # the copy's own digest, current on the loop in O(rows touched): the writer must not share the live one's state
+    tb._digest = RowDigest(tables.weight.shape[0] * tables.weight.shape[1])
+    tb._digest.trust(tables.digest(), tb.weight, tb.momentum)
     return snap, tb
 
 # %% ../nbs/08b_checkpoints.ipynb #bgc0ex02

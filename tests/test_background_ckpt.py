@@ -6,10 +6,11 @@ import threading, time
 from pathlib import Path
 
 import pytest
+import torch
 
 import dormouse.checkpoints as ckpts
 from dormouse.checkpoints import CommitError, find_latest
-from dormouse.container import load_ckpt
+from dormouse.container import RunState, load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, state_diff, tiny_cfg
 from dormouse.train import fit
@@ -91,3 +92,27 @@ def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
         drop = ("run_id", "run_started")
         assert {k: v for k, v in ca.pin.items() if k not in drop} == {k: v for k, v in cb.pin.items() if k not in drop}
     assert_same_run(tmp_path / "sync", tmp_path / "bg")
+
+
+def _train_tables(tables, seed: int, steps: int) -> None:
+    "A few sparse steps of `tables` on keyed bytes (a backward through a lookup, then `step`)."
+    from dormouse.rng import keyed_randint
+    for s in range(steps):
+        x = torch.from_numpy(keyed_randint(seed, s, 9, 0, 255, 4 * 16).reshape(4, 16).astype("int64"))
+        (tables.lookup(x) - 1.0).square().sum().backward()  # zero tables: a nonzero gradient
+        tables.step()
+
+
+def test_a_snapshot_of_the_tables_has_its_own_digest(tmp_path):
+    "The writer's copy and the live tables keep separate, correct digests while the loop trains on."
+    from dormouse.ngram import NgramTables
+    live = NgramTables([2, 3], 1024, 8, lr=0.05, momentum=0.9)
+    _train_tables(live, 1, 3)
+    state = RunState(step=3, model={}, optim={"state": {}, "param_groups": []}, teacher=None, flags=0, stress=None,
+                     table_step=live.table_step, env={})
+    _, copy_tb = ckpts.snapshot(state, live)
+    before = copy_tb.digest()  # what the writer does with the copy ...
+    assert live._digest.in_sync(live.weight, live.momentum)  # ... leaves the live digest incremental (O(touched))
+    _train_tables(live, 2, 3)  # the loop moves on while the copy is written
+    assert copy_tb.digest() == copy_tb.full_digest() == before  # the copy describes the snapshot
+    assert live.digest() == live.full_digest() != before  # and the live digest is still the live tables'
