@@ -65,7 +65,7 @@ def table_zeros(shape, device="cpu") -> torch.Tensor:
             pass
     return torch.zeros(*shape, dtype=torch.float32)
 
-# %% ../nbs/05_ngram.ipynb #4bf06c10
+# %% ../nbs/05_ngram.ipynb #a4082689
 _M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _ROW_KEY = 0x64696765737421  # keys rows (and the tensor) for the row hash; _ROW_KEY ^ 0xC0 keys the columns
 
@@ -90,6 +90,7 @@ def _row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
         keys = splitmix64(np.asarray(flat, dtype=np.uint64) ^ np.uint64(_ROW_KEY + kind)) | np.uint64(1)
         return h * keys
 
+# %% ../nbs/05_ngram.ipynb #0fc16506
 def _hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_per_pass: int = 1 << 14) -> int:
     "Sum mod 2^64 of the row hashes of a whole `[n_rows, dim]` table, in slices; fills `out` with them if given."
     total, n = np.uint64(0), t.shape[0]
@@ -101,7 +102,17 @@ def _hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_pe
             total = total + h.sum(dtype=np.uint64)
     return int(total)
 
-# %% ../nbs/05_ngram.ipynb #37ceb65b
+def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list) -> None:
+    "Replace the stored hashes of flat rows `r` (and their share of `sums`) by those of the rows' current values."
+    rn = r.numpy()
+    for k, t in enumerate(flat):
+        new = _row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
+        old = rows[k][rn]
+        with np.errstate(over="ignore"):
+            sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
+        rows[k][rn] = new
+
+# %% ../nbs/05_ngram.ipynb #72fe4730
 class RowDigest:
     "Per-row hashes and their sums mod 2^64 (weight, momentum), kept current in O(rows touched)."
     def __init__(self, n_rows: int):
@@ -156,19 +167,35 @@ class RowDigest:
             self.sums = [_hash_all(t, k, self.rows[k]) for k, t in enumerate(flat)]
             self.known = None
         elif self.dirty:
-            r = torch.unique(torch.cat(self.dirty))
-            rn = r.numpy()
-            for k, t in enumerate(flat):
-                new = _row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
-                old = self.rows[k][rn]
-                with np.errstate(over="ignore"):
-                    self.sums[k] = int(np.uint64(self.sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
-                self.rows[k][rn] = new
+            _rehash(flat, torch.unique(torch.cat(self.dirty)), self.rows, self.sums)
         self.dirty, self.n_dirty = [], 0
         self.seen = (weight, momentum, weight._version, momentum._version)
         return tuple(self.sums)
 
-# %% ../nbs/05_ngram.ipynb #1ed66fcc
+# %% ../nbs/05_ngram.ipynb #3222a75a
+def _unique_rows(ids: torch.Tensor,  # int64 [n_orders, B, T] slot ids per order (modified in place)
+                 slots: int,  # rows per table
+                ) -> tuple:
+    "(sorted unique flat rows, inverse [n_orders, B, T]): order o's slot s is flat row o * slots + s."
+    n_o, b, t = ids.shape
+    ids += (torch.arange(n_o, device=ids.device) * slots).view(n_o, 1, 1)
+    rows, inv = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
+    return rows, inv.view(n_o, b, t)
+
+def _sum_orders(leaf: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    "The features: for each position, the sum over orders of its rows of `leaf`, in a fixed order."
+    feats = leaf[inv[0]]
+    for o in range(1, inv.shape[0]):
+        feats = feats + leaf[inv[o]]  # fixed summation order
+    return feats
+
+def _nesterov(m_rows: torch.Tensor, w_rows: torch.Tensor, g: torch.Tensor, mu: float, lr: float) -> tuple:
+    "(new momentum, new weight) rows: m = mu*m + g; w -= lr*(g + mu*m), in place on the gathered copies."
+    m_new = m_rows.mul_(mu).add_(g)  # mu*m + g (in place on the gathered copy: same rounding)
+    upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
+    return m_new, w_rows.sub_(upd)
+
+# %% ../nbs/05_ngram.ipynb #af9088f9
 class NgramTables:
     "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
     def __init__(self, orders,  # n-gram orders, one table each
@@ -201,7 +228,8 @@ class NgramTables:
     def __repr__(self):
         return f"NgramTables(orders={self.orders}, slots={self.slots}, dim={self.dim}, table_step={self.table_step})"
 
-    def _flat(self, t): return t.view(len(self.orders) * self.slots, self.dim)
+    def _flat(self, t):
+        return t.view(len(self.orders) * self.slots, self.dim)
 
     def lookup(self, x: torch.Tensor,  # int64 bytes [B, T]: the global batch
                keep=None,  # slice (or 1-D index) of the batch rows whose features to return; None = all
@@ -212,19 +240,14 @@ class NgramTables:
         if n_o == 0:
             bk = b if keep is None else torch.arange(b)[keep].numel()
             return torch.zeros(bk, t, self.dim, dtype=self.weight.dtype, device=self.weight.device)
-        ids += (torch.arange(n_o, device=ids.device) * self.slots).view(n_o, 1, 1)
-        rows, inv = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
-        inv = inv.view(n_o, b, t)
+        rows, inv = _unique_rows(ids, self.slots)
         leaf = self._flat(self.weight).index_select(0, rows)
         if torch.is_grad_enabled():
             leaf.requires_grad_(True)
             self._rows, self._leaf = rows, leaf
         if keep is not None:
             inv = inv[:, keep]
-        feats = leaf[inv[0]]
-        for o in range(1, n_o):
-            feats = feats + leaf[inv[o]]  # fixed summation order
-        return feats
+        return _sum_orders(leaf, inv)
 
     def pending_rows(self) -> torch.Tensor | None:
         "Flat row numbers (order * slots + slot) of the pending leaf, sorted; None when nothing is pending."
@@ -257,9 +280,8 @@ class NgramTables:
         synced = self._digest.in_sync(self.weight, self.momentum)
         if synced:
             self._digest.first_touch(rows, self._leaf.detach(), m)  # loaded tables: old hashes, first touch
-        m_new = m.index_select(0, rows).mul_(mu).add_(g)  # mu*m + g (in place on the gathered copy: same rounding)
-        upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
-        w_new = self._leaf.detach().sub_(upd)  # the leaf is a copy of w[rows] taken at lookup; it is dropped below
+        # the leaf is a copy of w[rows] taken at lookup; it is dropped below
+        m_new, w_new = _nesterov(m.index_select(0, rows), self._leaf.detach(), g, mu, lr)
         m.index_copy_(0, rows, m_new)
         w.index_copy_(0, rows, w_new)
         self._digest.note(rows, self.weight, self.momentum, synced)
