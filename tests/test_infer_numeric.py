@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dormouse.config import ConfigError
-from dormouse.infer import (FORWARD_LOCK, GenerateArgError, InferenceError, ServeError, generate, load_model_weights,
-                            serve)
+from dormouse.infer import FORWARD_LOCK, GenerateArgError, InferenceError, generate, load_model_weights
+from dormouse.serve import ServeError, serve
 from dormouse.numerics import numeric_scope
 from dormouse.train import fit
 from dormouse.testing import tiny_cfg

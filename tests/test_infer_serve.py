@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.infer import InferenceError, ServeError, generate, load_model_weights, make_server
+from dormouse.infer import InferenceError, generate, load_model_weights
+from dormouse.serve import ServeError, make_server
 from dormouse.train import fit
 from dormouse.testing import tiny_cfg
 

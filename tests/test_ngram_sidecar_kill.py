@@ -5,7 +5,8 @@ import os, signal, subprocess, sys, time
 
 import torch
 
-from dormouse.ngram import load_sidecar, save_sidecar, NgramTables
+from dormouse.ngram import NgramTables
+from dormouse.sidecar import load_sidecar, save_sidecar
 from dormouse.rng import keyed_uniform
 
 KILLS = 8
@@ -13,7 +14,8 @@ ORDERS, SLOTS, DIM = [2, 3], 1 << 16, 64  # 32 MiB per tensor: a write takes lon
 
 WRITER = f"""
 import sys, torch
-from dormouse.ngram import NgramTables, save_sidecar
+from dormouse.ngram import NgramTables
+from dormouse.sidecar import save_sidecar
 t = NgramTables({ORDERS}, {SLOTS}, {DIM})
 path, start = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
