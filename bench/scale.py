@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from dormouse.checkpoints import load_run_ckpt, save_run_ckpt  # noqa: E402
 from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
 from dormouse.data import load_corpus  # noqa: E402
-from dormouse.ngram import _chunks, load_sidecar  # noqa: E402
+from dormouse.ngram import tensor_chunks  # noqa: E402
+from dormouse.sidecar import load_sidecar  # noqa: E402
 from dormouse.numerics import numeric_env  # noqa: E402
 from dormouse.parts import build_parts, state_fingerprint, to_run_state  # noqa: E402
 
@@ -132,7 +133,7 @@ def main(argv=None):
             times[lg].append(timed(lambda: state_fingerprint(parts[lg]))[0])
     fp_ratio = statistics.median(b / s for s, b in zip(times[a.small], times[big]))
     tb = parts[big].tables
-    t_old, _ = timed(lambda: [hashlib.sha256().update(mv) for t in (tb.weight, tb.momentum) for mv in _chunks(t)])
+    t_old, _ = timed(lambda: [hashlib.sha256().update(mv) for t in (tb.weight, tb.momentum) for mv in tensor_chunks(t)])
     t_full, full = timed(tb.full_digest)
     assert full == tb.digest(), "kept digest differs from a full recomputation"
 

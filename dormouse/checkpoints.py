@@ -15,7 +15,7 @@ from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
 from .ngram import RowDigest
-from .ngram import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
+from .sidecar import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'plan_sha256', 'new_run_id', 'make_pin', 'pinned_plan',
@@ -119,7 +119,8 @@ def check_corpus(stamp: dict | None) -> None:
     what += ["modified (mtime changed)"] if now["mtime_ns"] != stamp["mtime_ns"] and not what else []
     if what:
         raise CorpusChangedError(f"corpus {p} changed while the run used it ({', '.join(what)}): no checkpoint "
-                                 "written. Restore the original bytes and resume from the last checkpoint (the resume checks "
+                                 "written. Restore the original bytes and resume from the last checkpoint (the resume "
+                                 "checks "
                                  "the full sha256), or start a new run.")
 
 # %% ../nbs/08b_checkpoints.ipynb #1fe4f9bb

@@ -12,8 +12,9 @@ from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg,
 from .container import CheckpointError
 from .checkpoints import CommitError, describe
 from .data import CorpusError
-from .infer import generate, load_model_weights, serve
-from .ngram import SidecarError
+from .infer import generate, load_model_weights
+from .serve import serve
+from .sidecar import SidecarError
 from .targets import TargetsError, open_targets, precompute_jepa_targets
 from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl

@@ -22,7 +22,8 @@ from .checkpoints import load_run_ckpt
 
 # %% auto #0
 __all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'InferenceError', 'find_config', 'infer_model_shape', 'resolve_cfg',
-           'InferenceModel', 'load_model_weights', 'GenerateArgError', 'check_generate_args', 'sample_byte', 'generate']
+           'InferenceModel', 'load_model_weights', 'GenerateArgError', 'is_int', 'check_generate_args', 'sample_byte',
+           'generate']
 
 # %% ../nbs/10_infer.ipynb #80b05cc3
 class InferenceError(ConfigError):
@@ -278,7 +279,7 @@ class GenerateArgError(ConfigError):
         self.field = field
         super().__init__(f"{field}: {message}")
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 def _as_prompt(prompt) -> bytes:
@@ -300,14 +301,14 @@ def _as_prompt(prompt) -> bytes:
 def check_generate_args(prompt, max_bytes, temperature, top_k, seed) -> bytes:
     "Validate `generate`'s arguments (raising `GenerateArgError` naming the argument); returns the prompt as bytes."
     prompt = _as_prompt(prompt)
-    if not _is_int(max_bytes) or max_bytes < 0:
+    if not is_int(max_bytes) or max_bytes < 0:
         raise GenerateArgError("max_bytes", f"must be an integer >= 0, got {max_bytes!r}")
     real = not isinstance(temperature, bool) and isinstance(temperature, numbers.Real)
     if not real or not math.isfinite(temperature) or temperature < 0:
         raise GenerateArgError("temperature", f"must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if not _is_int(top_k) or not 0 <= top_k <= N_VOCAB:
+    if not is_int(top_k) or not 0 <= top_k <= N_VOCAB:
         raise GenerateArgError("top_k", f"must be an integer in 0..{N_VOCAB} (0 = all bytes), got {top_k!r}")
-    if not _is_int(seed) or not 0 <= seed <= MAX_SEED:
+    if not is_int(seed) or not 0 <= seed <= MAX_SEED:
         raise GenerateArgError("seed", f"must be an integer in 0..2**64-1, got {seed!r}")
     return prompt
 

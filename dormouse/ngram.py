@@ -10,7 +10,8 @@ import torch
 from .rng import splitmix64
 
 # %% auto #0
-__all__ = ['PAD', 'CHUNK_BYTES', 'ngram_ids', 'table_zeros', 'RowDigest', 'NgramTables', 'fingerprint_update']
+__all__ = ['PAD', 'CHUNK_BYTES', 'ngram_ids', 'table_zeros', 'row_hashes', 'RowDigest', 'NgramTables', 'tensor_chunks',
+           'fingerprint_update']
 
 # %% ../nbs/05_ngram.ipynb #f6e2f779
 PAD = 256  # what positions before the start of a row read; no byte has this value
@@ -69,7 +70,7 @@ def table_zeros(shape, device="cpu") -> torch.Tensor:
 _M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _ROW_KEY = 0x64696765737421  # keys rows (and the tensor) for the row hash; _ROW_KEY ^ 0xC0 keys the columns
 
-def _row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
+def row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
                 flat: np.ndarray,  # [R] flat row numbers (order * slots + slot)
                 kind: int,  # 0 = weight, 1 = momentum
                ) -> np.ndarray:  # [R] uint64: 0 for an all-zero row
@@ -95,7 +96,7 @@ def _hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_pe
     "Sum mod 2^64 of the row hashes of a whole `[n_rows, dim]` table, in slices; fills `out` with them if given."
     total, n = np.uint64(0), t.shape[0]
     for i in range(0, n, rows_per_pass):
-        h = _row_hashes(t[i:i + rows_per_pass].cpu().numpy(), np.arange(i, min(n, i + rows_per_pass)), kind)
+        h = row_hashes(t[i:i + rows_per_pass].cpu().numpy(), np.arange(i, min(n, i + rows_per_pass)), kind)
         if out is not None:
             out[i:i + len(h)] = h
         with np.errstate(over="ignore"):
@@ -106,7 +107,7 @@ def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list) -> None:
     "Replace the stored hashes of flat rows `r` (and their share of `sums`) by those of the rows' current values."
     rn = r.numpy()
     for k, t in enumerate(flat):
-        new = _row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
+        new = row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
         old = rows[k][rn]
         with np.errstate(over="ignore"):
             sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
@@ -142,8 +143,8 @@ class RowDigest:
         if not len(new):
             return
         r = rn[new]
-        self.rows[0][r] = _row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu().numpy(), r, 0)
-        self.rows[1][r] = _row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu().numpy(), r, 1)
+        self.rows[0][r] = row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu().numpy(), r, 0)
+        self.rows[1][r] = row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu().numpy(), r, 1)
         self.known[r] = True
         self.n_unknown -= len(r)
         if not self.n_unknown:
@@ -292,7 +293,7 @@ class NgramTables:
 # %% ../nbs/05_ngram.ipynb #d3284536
 CHUNK_BYTES = 4 << 20  # slice size for streaming hashes and sidecar I/O
 
-def _chunks(t: torch.Tensor, chunk_bytes: int = CHUNK_BYTES):
+def tensor_chunks(t: torch.Tensor, chunk_bytes: int = CHUNK_BYTES):
     "Little-endian bytes of a contiguous float32 tensor, as memoryviews of `chunk_bytes` slices (no full copy)."
     flat = t.detach().contiguous().view(-1)
     step = max(1, chunk_bytes // flat.element_size())

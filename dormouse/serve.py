@@ -8,7 +8,7 @@ import base64, contextlib, errno, ipaddress, json, math, numbers, socket, sys, t
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
-from .infer import (GenerateArgError, InferenceError, InferenceModel, _is_int, check_generate_args, generate,
+from .infer import (GenerateArgError, InferenceError, InferenceModel, is_int, check_generate_args, generate,
                             load_model_weights)
 
 # %% auto #0
@@ -239,7 +239,7 @@ def bind_address(host: str,  # a name or an IP address of this machine
                  port: int,  # 0..65535 (0 = any free port)
                 ) -> tuple[int, tuple]:
     "(address family, socket address) to listen on, or `ServeError` saying what is wrong and what to do."
-    if not _is_int(port) or not 0 <= port <= 65535:
+    if not is_int(port) or not 0 <= port <= 65535:
         raise ServeError(f"port {port!r} is not a TCP port: use 1024..65535, or 0 for any free port")
     if not isinstance(host, str) or not host:
         raise ServeError(f"host {host!r} is not a host name: use 127.0.0.1 (loopback) or 0.0.0.0 (all interfaces)")
@@ -261,7 +261,7 @@ _BIND_HINTS = {  # errno of a failed bind -> what it means and what to do
 def _check_limits(max_bytes_limit, max_body, read_timeout) -> None:
     "`ServeError` for a limit that is not a positive integer or a timeout that is not a positive number."
     for k, v in (("max_bytes_limit", max_bytes_limit), ("max_body", max_body)):
-        if not _is_int(v) or v < 1:
+        if not is_int(v) or v < 1:
             raise ServeError(f"{k}={v!r}: use an integer >= 1")
     if isinstance(read_timeout, bool) or not isinstance(read_timeout, numbers.Real) or not 0 < read_timeout < math.inf:
         raise ServeError(f"read_timeout={read_timeout!r}: use a number of seconds > 0")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import xxhash
 from .fsio import atomic_write
-from .ngram import CHUNK_BYTES, NgramTables, _chunks, _row_hashes
+from .ngram import CHUNK_BYTES, NgramTables, tensor_chunks, row_hashes
 
 # %% auto #0
 __all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'SidecarError', 'SidecarHeader', 'save_sidecar', 'read_sidecar_header',
@@ -69,7 +69,7 @@ def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
         f.write(_header_bytes(tables, int(train_step)))
         for t, dg in zip((tables.weight, tables.momentum), digests):
             h = xxhash.xxh3_64()
-            for mv in _chunks(t):
+            for mv in tensor_chunks(t):
                 h.update(mv)
                 f.write(mv)
             tail = struct.pack("<Q16x", dg)
@@ -219,7 +219,7 @@ def verify_sidecar(path) -> SidecarHeader:
                 h.update(buf[:n])
                 left -= n
                 with np.errstate(over="ignore"):
-                    dg = int(np.uint64(dg) + _row_hashes(buf[:n].view(np.float32).reshape(-1, hd.dim),
+                    dg = int(np.uint64(dg) + row_hashes(buf[:n].view(np.float32).reshape(-1, hd.dim),
                                                          np.arange(r0, r0 + n // row), k).sum(dtype=np.uint64))
                 r0 += n // row
             want = _check_trailer(path, name, hd.version, h, f.read(32))

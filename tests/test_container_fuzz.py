@@ -16,7 +16,8 @@ from dormouse.checkpoints import describe, find_latest, list_ckpts, load_run_ckp
 from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt, write_v1, write_v2
 from dormouse.numerics import numeric_env
 from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
-from dormouse.ngram import NgramTables, read_sidecar_header, save_sidecar
+from dormouse.ngram import NgramTables
+from dormouse.sidecar import read_sidecar_header, save_sidecar
 from dormouse.rng import keyed_normal, keyed_randint, keyed_uniform
 from dormouse.stress import StressMonitor
 

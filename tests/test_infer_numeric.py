@@ -1,6 +1,7 @@
 """Inference leaves the caller's process as found: torch threads, deterministic mode, matmul precision and environment
 after `load_model_weights`, `generate` (also a stream abandoned halfway) and `serve`, on return and on exception; and a
 prompt that is not UTF-8 text is raw bytes or one clear error."""
+
 import os, threading, urllib.request
 
 import pytest
@@ -15,8 +16,12 @@ from dormouse.testing import tiny_cfg
 
 
 def state() -> tuple:
-    return (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision(),
-            os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    return (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,9 @@ def test_load_and_generate_leave_the_caller_as_found(ckpt, caller):
     assert b"".join(generate(m, "def ", max_bytes=16, seed=3, stream=True)) == a
     assert state() == caller
     assert load_model_weights(ckpt, threads=0).threads is None
-    assert generate(load_model_weights(ckpt, threads=0), "def ", max_bytes=16, seed=3) == a  # threads never change bytes
+    assert (
+        generate(load_model_weights(ckpt, threads=0), "def ", max_bytes=16, seed=3) == a
+    )  # threads never change bytes
     assert state() == caller
 
 
@@ -76,7 +83,9 @@ def test_restored_after_an_exception(ckpt, caller, monkeypatch):
     assert state() == caller
     m = load_model_weights(ckpt)
 
-    def boom(*a, **k): raise FloatingPointError("in the forward")
+    def boom(*a, **k):
+        raise FloatingPointError("in the forward")
+
     monkeypatch.setattr(m.model, "forward", boom)
     with pytest.raises(FloatingPointError, match="in the forward"):
         generate(m, "def ", max_bytes=4)
@@ -102,7 +111,9 @@ def test_serve_leaves_the_caller_as_found(ckpt, caller):
             with urllib.request.urlopen(server.url + "/health", timeout=30) as r:
                 got["status"] = r.status
             server.shutdown()
+
         threading.Thread(target=client, daemon=True).start()
+
     serve(ckpt, port=0, ready=ready)
     assert got["status"] == 200 and state() == caller
     with pytest.raises(ServeError):
@@ -113,6 +124,7 @@ def test_serve_leaves_the_caller_as_found(ckpt, caller):
 def test_prompt_that_is_not_utf8():
     "Bytes from the command line arrive as surrogate escapes: they are the same raw bytes; a lone surrogate is refused."
     from dormouse.infer import check_generate_args
+
     arg = os.fsdecode(b"\xff\xfe")  # what sys.argv holds for the bytes ff fe
     assert check_generate_args(arg, 1, 0.8, 0, 1) == b"\xff\xfe"
     with pytest.raises(GenerateArgError, match="lone surrogate") as e:

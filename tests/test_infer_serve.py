@@ -3,6 +3,7 @@ too deeply (400), no traceback on stderr, and host/port errors raised before any
 
 The server runs in a thread of the test process; every socket is bound to 127.0.0.1 and every wait is bounded.
 """
+
 import base64, contextlib, json, select, socket, subprocess, sys, threading, time
 from pathlib import Path
 
@@ -56,11 +57,15 @@ def raw_request(port: int, data: bytes, half_close: bool = False) -> tuple[int, 
 
 def post(path: str, body: bytes, length: int | None = None) -> bytes:
     n = len(body) if length is None else length
-    return f"POST {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n\r\n".encode() + body
+    return (
+        f"POST {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n\r\n".encode()
+        + body
+    )
 
 
 def test_backlog_holds_64_clients_before_the_first_accept(model):
-    "All 64 handshakes complete while the server is bound but not yet accepting: the kernel queue holds them (backlog 5 held 6)."
+    """All 64 handshakes complete while the server is bound but not yet accepting: the kernel queue holds them
+    (backlog 5 held 6)."""
     _, m = model
     server = make_server(m, port=0, quiet=True)
     socks = []
@@ -169,10 +174,16 @@ def test_bad_port_and_host_fail_before_loading(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        for kw, want in [(dict(port=port), "in use"), (dict(port=99999), "not a TCP port"), (dict(port=-1), "not a TCP port"),
-                         (dict(port="80"), "not a TCP port"), (dict(host="no-such-host.invalid"), "does not resolve"),
-                         (dict(host="8.8.8.8", port=0), "not an address of this machine"),
-                         (dict(read_timeout=0), "read_timeout"), (dict(max_body=0), "max_body")]:
+        for kw, want in [
+            (dict(port=port), "in use"),
+            (dict(port=99999), "not a TCP port"),
+            (dict(port=-1), "not a TCP port"),
+            (dict(port="80"), "not a TCP port"),
+            (dict(host="no-such-host.invalid"), "does not resolve"),
+            (dict(host="8.8.8.8", port=0), "not an address of this machine"),
+            (dict(read_timeout=0), "read_timeout"),
+            (dict(max_body=0), "max_body"),
+        ]:
             with pytest.raises(ServeError, match=want) as e:
                 make_server(missing, **({"port": 0} | kw), quiet=True)
             assert isinstance(e.value, InferenceError) and isinstance(e.value, ValueError)
@@ -181,15 +192,26 @@ def test_bad_port_and_host_fail_before_loading(tmp_path):
         make_server(missing, port=0, quiet=True)
 
 
-@pytest.mark.parametrize("args,want", [(["--port", "99999"], "not a TCP port"), (["--host", "no-such-host.invalid"], "does not resolve"),
-                                       (["--port", "BUSY"], "in use")])
+@pytest.mark.parametrize(
+    "args,want",
+    [
+        (["--port", "99999"], "not a TCP port"),
+        (["--host", "no-such-host.invalid"], "does not resolve"),
+        (["--port", "BUSY"], "in use"),
+    ],
+)
 def test_cli_serve_address_errors_are_one_line(tmp_path, args, want):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         args = [str(busy.getsockname()[1]) if a == "BUSY" else a for a in args]
-        r = subprocess.run([sys.executable, "-m", "dormouse.cli", "serve", "--ckpt", str(tmp_path / "nope.dmck"), *args],
-                           cwd=ROOT, capture_output=True, timeout=120, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "dormouse.cli", "serve", "--ckpt", str(tmp_path / "nope.dmck"), *args],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            text=True,
+        )
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and want in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr

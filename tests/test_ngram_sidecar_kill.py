@@ -1,6 +1,7 @@
 """A process SIGKILLed while it writes n-gram sidecars never leaves a torn one behind: after every kill the sidecar at
 the target path loads (old or new, never a mix), its weight/momentum are exactly the tables stamped with its train_step,
 and what else is in the directory is at most the writer's hidden temp file."""
+
 import os, signal, subprocess, sys, time
 
 import torch
@@ -48,10 +49,19 @@ def test_sidecar_survives_kill9(tmp_path):
         start = 1000 * (k + 1)
         p = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(start)], stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "ready"
-        time.sleep(0.05 + 0.6 * float(delays[k]))
+        first = []
+        if k % 2:  # aimed: after one completed save, once the next save's temp file is open
+            first = [int(p.stdout.readline())]
+            tmp = tmp_path / f".step_000100.ngram.tmp.{p.pid}"
+            t0 = time.time()
+            while not tmp.exists() and time.time() - t0 < 60:
+                time.sleep(0.0005)
+            time.sleep(0.002 * float(delays[k]))
+        else:  # at a keyed random moment
+            time.sleep(0.05 + 0.6 * float(delays[k]))
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-        done = [int(line) for line in p.stdout.read().split()]
+        done = first + [int(line) for line in p.stdout.read().split()]
         got = check(path)
         # the file is the last completed save, or (killed between os.replace and the print) the one after it
         expect = done[-1] if done else last
@@ -63,4 +73,6 @@ def test_sidecar_survives_kill9(tmp_path):
         for n in others:
             (tmp_path / n).unlink()  # a torn temp file is garbage the run directory's rotation removes
     assert last != 100, "no save completed before any kill: the test did not exercise replacement"
-    assert torn >= KILLS // 2, f"only {torn} of {KILLS} kills landed inside a write: the test did not exercise torn writes"
+    assert torn >= KILLS // 2, (
+        f"only {torn} of {KILLS} kills landed inside a write: the test did not exercise torn writes"
+    )

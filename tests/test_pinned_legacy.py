@@ -7,7 +7,7 @@ import dataclasses, shutil
 import pytest
 
 from dormouse.container import CheckpointError, load_ckpt, write_v1, write_v2
-from dormouse.ngram import load_sidecar, save_sidecar
+from dormouse.sidecar import load_sidecar, save_sidecar
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit

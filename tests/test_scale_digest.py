@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import dormouse.ngram as ng
-from dormouse.ngram import NgramTables, SidecarError, fingerprint_update, load_sidecar, save_sidecar, verify_sidecar
+from dormouse.ngram import NgramTables, fingerprint_update
+from dormouse.sidecar import SidecarError, load_sidecar, save_sidecar, verify_sidecar
 from dormouse.rng import keyed_normal, keyed_randint
 
 STREAM_TEST = 151  # keyed stream for this file's bytes and fills (not a training stream)
@@ -49,8 +50,8 @@ def test_digest_costs_rows_touched_not_slots(monkeypatch):
     t = NgramTables(ORDERS, 1 << 16, DIM)
     t.digest()
     hashed = []
-    real = ng._row_hashes
-    monkeypatch.setattr(ng, "_row_hashes", lambda rows, flat, kind: hashed.append(len(flat)) or real(rows, flat, kind))
+    real = ng.row_hashes
+    monkeypatch.setattr(ng, "row_hashes", lambda rows, flat, kind: hashed.append(len(flat)) or real(rows, flat, kind))
     touched = set()
     proj = torch.ones(DIM, 3)
     for i in range(6):
@@ -63,7 +64,7 @@ def test_digest_costs_rows_touched_not_slots(monkeypatch):
     hashed.clear()
     t.digest()
     assert hashed == []  # nothing touched since: nothing hashed
-    monkeypatch.setattr(ng, "_row_hashes", real)
+    monkeypatch.setattr(ng, "row_hashes", real)
     assert t.digest() == t.full_digest()
 
 

@@ -1,10 +1,12 @@
 """`dormouse serve` as a user runs it: a real subprocess on a loopback port, talked to over HTTP.
 
-Health, completions that are a pure function of the seed (and equal to `generate` in-process and to `dormouse generate`),
+Health, completions that are a pure function of the seed (and equal to `generate` in-process and to
+`dormouse generate`),
 every kind of bad request answered with the right 4xx naming the field while the server keeps serving, eight threads
 of concurrent requests each answered exactly as it is answered alone, a burst of 64 clients at once all answered 200 (no
 connection resets), and no traceback in the server's output after all of it.
 """
+
 import base64, http.client, json, os, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,14 +33,32 @@ def _make_ckpt(run_dir: Path) -> Path:
         from dormouse.model import DormouseModel, init_params
         from dormouse.ngram import NgramTables
         from dormouse.config import ModelCfg, TrainCfg
-        m = ModelCfg(d_model=32, n_heads=2, depth=2, factor_rank=16, mlp_mult=2, ngram_orders=[2, 3], ngram_slots=1024, ngram_dim=16)
+
+        m = ModelCfg(
+            d_model=32,
+            n_heads=2,
+            depth=2,
+            factor_rank=16,
+            mlp_mult=2,
+            ngram_orders=[2, 3],
+            ngram_slots=1024,
+            ngram_dim=16,
+        )
         cfg = TrainCfg(model=m, seq_len=32, batch=4, threads=1)
         (run_dir / "ckpt").mkdir(parents=True)
         save_snapshot(cfg, run_dir / "config.toml")
         model = init_params(DormouseModel(m), 1)
         tables = NgramTables.from_cfg(cfg)
-        state = RunState(step=10, model=model.state_dict(), optim=torch.optim.AdamW(model.parameters()).state_dict(), teacher=None,
-                         flags=0, stress=None, table_step=0, env=numeric_env(threads=1))
+        state = RunState(
+            step=10,
+            model=model.state_dict(),
+            optim=torch.optim.AdamW(model.parameters()).state_dict(),
+            teacher=None,
+            flags=0,
+            stress=None,
+            table_step=0,
+            env=numeric_env(threads=1),
+        )
         return save_run_ckpt(run_dir / "ckpt", state, tables, keep=1)
     fit(tiny_cfg(steps=10), run_dir, progress=False)
     return run_dir / "ckpt" / "step_000010.dmck"
@@ -74,8 +94,13 @@ def server(tmp_path_factory):
             port = _free_port()
             url = f"http://127.0.0.1:{port}"
             with open(log, "wb") as lf:
-                proc = subprocess.Popen([sys.executable, "-m", "dormouse.cli", "serve", "--ckpt", str(ckpt), "--port", str(port)],
-                                        cwd=ROOT, env=env, stdout=lf, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "dormouse.cli", "serve", "--ckpt", str(ckpt), "--port", str(port)],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=lf,
+                    stderr=subprocess.STDOUT,
+                )
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline and proc.poll() is None:
                 try:
@@ -89,7 +114,10 @@ def server(tmp_path_factory):
             if "Address already in use" not in log.read_text(errors="replace"):
                 break
         if proc.poll() is not None or time.monotonic() >= deadline:
-            pytest.fail(f"dormouse serve did not come up (exit code {proc.poll()}); its output:\n{log.read_text(errors='replace')}")
+            pytest.fail(
+                f"dormouse serve did not come up (exit code {proc.poll()}); its output:\n"
+                f"{log.read_text(errors='replace')}"
+            )
         yield url, ckpt, log
     finally:
         if proc is not None and proc.poll() is None:
@@ -114,6 +142,7 @@ def completion(url, **req):
 def test_health(server):
     url, ckpt, _ = server
     from dormouse.infer import load_model_weights
+
     m = load_model_weights(ckpt)
     st, _, h = call(url, "/health")
     assert st == 200
@@ -133,14 +162,36 @@ def test_generate_is_a_function_of_the_seed(server):
     assert out["step"] == 10 and out["seed"] == 5 and out["max_bytes"] == 48
     # the same completion in-process, and from `dormouse generate`
     from dormouse.infer import generate, load_model_weights
+
     m = load_model_weights(ckpt)
     assert generate(m, req["prompt"], max_bytes=48, temperature=0.9, top_k=0, seed=5) == a
-    r = subprocess.run([sys.executable, "-m", "dormouse.cli", "generate", "--ckpt", str(ckpt), "--prompt", req["prompt"],
-                        "--max-bytes", "48", "--temperature", "0.9", "--seed", "5"], cwd=ROOT, capture_output=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dormouse.cli",
+            "generate",
+            "--ckpt",
+            str(ckpt),
+            "--prompt",
+            req["prompt"],
+            "--max-bytes",
+            "48",
+            "--temperature",
+            "0.9",
+            "--seed",
+            "5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     assert r.stdout == req["prompt"].encode() + a + b"\n"  # the CLI shows the prompt, then its completion
     # greedy ignores the seed; defaults apply when fields are left out
-    assert completion(url, prompt="abc", max_bytes=16, temperature=0, seed=1) == completion(url, prompt="abc", max_bytes=16, temperature=0, seed=2)
+    assert completion(url, prompt="abc", max_bytes=16, temperature=0, seed=1) == completion(
+        url, prompt="abc", max_bytes=16, temperature=0, seed=2
+    )
     assert completion(url, prompt="abc") == generate(m, "abc", max_bytes=200, temperature=0.8, top_k=0, seed=1)
 
 
@@ -174,7 +225,9 @@ BAD = [  # (method, path, body, headers, status, field)
 ]
 
 
-@pytest.mark.parametrize("method,path,body,headers,status,field", BAD, ids=[f"{b[0]} {b[1]} {b[4]} {b[5]} #{i}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "method,path,body,headers,status,field", BAD, ids=[f"{b[0]} {b[1]} {b[4]} {b[5]} #{i}" for i, b in enumerate(BAD)]
+)
 def test_bad_request(server, method, path, body, headers, status, field):
     url, _, _ = server
     st, hd, out = call(url, path, body, method, headers)
@@ -203,9 +256,19 @@ def test_missing_content_length(server):
 
 def test_concurrent_requests_match_sequential(server):
     url, _, _ = server
-    reqs = [dict(prompt=p, max_bytes=24, temperature=t, top_k=k, seed=s)
-            for p, t, k, s in [("import ", 0.8, 0, 1), ("import ", 0.8, 0, 2), ("class ", 1.0, 5, 3), ("x = ", 0.0, 0, 4),
-                               ("def f(", 0.7, 0, 5), ("\n", 1.3, 0, 6), ("# ", 0.8, 40, 7), ("return ", 0.5, 0, 8)]]
+    reqs = [
+        dict(prompt=p, max_bytes=24, temperature=t, top_k=k, seed=s)
+        for p, t, k, s in [
+            ("import ", 0.8, 0, 1),
+            ("import ", 0.8, 0, 2),
+            ("class ", 1.0, 5, 3),
+            ("x = ", 0.0, 0, 4),
+            ("def f(", 0.7, 0, 5),
+            ("\n", 1.3, 0, 6),
+            ("# ", 0.8, 40, 7),
+            ("return ", 0.5, 0, 8),
+        ]
+    ]
     want = [completion(url, **r) for r in reqs]
     jobs = [(t, i % len(reqs)) for t in range(8) for i in range(t, t + 4)]  # 8 threads x 4 requests, mixed order
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -236,6 +299,7 @@ def test_64_concurrent_clients_all_answered(server):
             return type(e).__name__, str(e)
         finally:
             conn.close()
+
     with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
         got = list(pool.map(one, range(CLIENTS), timeout=300))
     bad = [g for g in got if g[0] != 200]
