@@ -443,3 +443,20 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path
     assert [p.name for p in sorted((run / "ckpt").glob("*.dmck"))][-1] == "step_000010.dmck"
     ck, _, path = ckpts.find_latest(run / "ckpt", log=print)
     assert ck.step == 10 and path.name == "step_000010.dmck"
+
+
+def test_an_immutable_run_dir_is_one_line_and_nothing_changes(runs, tmp_path, capsys):
+    "chattr +i (which even root cannot write through): one line naming the problem, exit 1, the run untouched."
+    run = run_dir_copy(runs, tmp_path)
+    dirs = [run, run / "ckpt"]
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", *map(str, dirs)]).returncode:
+        pytest.skip("chattr +i is not available on this file system")
+    before = listing(run)
+    try:
+        rc = main(["train", "--run-dir", str(run), "--resume", "--steps", "15", "--quiet"])
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, dirs)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "Operation not permitted" in err or "ermission" in err, err
+    assert listing(run) == before
