@@ -10,7 +10,7 @@ import torch
 from .config import ConfigError
 
 # %% auto #0
-__all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'RECORD_ONLY', 'cpu_facts', 'numeric_env', 'env_diff',
+__all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'RECORD_ONLY', 'FP32_PATHS', 'cpu_facts', 'numeric_env', 'env_diff',
            'env_unrecorded', 'EnvDriftError', 'check_env', 'numeric_scope', 'run_scope']
 
 # %% ../nbs/05_numerics.ipynb #2a51d08d
@@ -67,6 +67,15 @@ def cpu_facts() -> dict:
 # %% ../nbs/05_numerics.ipynb #8d20921f
 RECORD_ONLY = ("forward", "quant", "bf16_autocast")  # recorded to say what ran, never compared (run state, not env)
 
+def _effective(prec: dict) -> dict:
+    "fp32 precisions as they act: 'none' inherits its parent's setting (`a.b.fp32_precision` from `a.fp32_precision`)."
+    out = {}
+    for path in sorted(prec, key=len):  # parents first
+        parent = path.rsplit(".", 2)[0] + ".fp32_precision" if path.count(".") > 1 else "fp32_precision"
+        own = prec[path]
+        out[path] = own if own != "none" else out.get(parent, "ieee") if path != "fp32_precision" else "ieee"
+    return out
+
 def _precisions(*paths: str) -> dict:
     "torch.backends.<path> for each path this torch has (the fp32_precision API is torch >= 2.9)."
     out = {}
@@ -115,7 +124,7 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
            "default_dtype": str(torch.get_default_dtype()).removeprefix("torch."),
            "float32_matmul_precision": torch.get_float32_matmul_precision(),
            "deterministic": torch.are_deterministic_algorithms_enabled(), "mkldnn": torch.backends.mkldnn.enabled,
-           **_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision"),
+           **_effective(_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision")),
            **{k: os.environ.get(k) for k in CPU_ENV_VARS}}
     if str(device).startswith("cuda"):
         env.update(_gpu_facts(device))
@@ -168,6 +177,18 @@ def _put_env(values: dict) -> None:
             os.environ[k] = str(v)
 
 # %% ../nbs/05_numerics.ipynb #9733ad4d
+FP32_PATHS = ("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision", "cuda.matmul.fp32_precision")
+
+def _put_precisions(values: dict) -> None:
+    "Set torch.backends.<path> = value where it differs (the fp32_precision API)."
+    for path, v in values.items():
+        *parents, leaf = path.split(".")
+        obj = torch.backends
+        for part in parents:
+            obj = getattr(obj, part)
+        if getattr(obj, leaf) != v:
+            setattr(obj, leaf, v)
+
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's
                   deterministic: bool = True,  # torch.use_deterministic_algorithms inside the scope
@@ -176,7 +197,7 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
     "Apply numeric settings for the duration of a call; restore the caller's on return and on exception."
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ConfigError(f"threads={threads!r}: use an integer >= 1, or None to leave torch's thread count as it is")
-    n, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    n, precision, fp32 = torch.get_num_threads(), torch.get_float32_matmul_precision(), _precisions(*FP32_PATHS)
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     saved_env = {k: os.environ.get(k) for k in (env or {})}
     try:
@@ -194,6 +215,7 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
             torch.use_deterministic_algorithms(det, warn_only=warn)
         if torch.get_float32_matmul_precision() != precision:
             torch.set_float32_matmul_precision(precision)
+        _put_precisions(fp32)  # the legacy setter above writes 'ieee' where the caller had 'none': put back exactly
         _put_env(saved_env)
 
 # %% ../nbs/05_numerics.ipynb #274f849d
