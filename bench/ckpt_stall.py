@@ -21,7 +21,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dormouse.checkpoints import Committer, save_run_ckpt, snapshot  # noqa: E402
+from dormouse.checkpoints import save_run_ckpt  # noqa: E402
+from dormouse.commit import Committer, snapshot  # noqa: E402
 from dormouse.config import TrainCfg  # noqa: E402
 from dormouse.data import load_corpus  # noqa: E402
 from dormouse.numerics import numeric_env  # noqa: E402

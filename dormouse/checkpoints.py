@@ -4,23 +4,20 @@
 
 # %% ../nbs/13_checkpoints.ipynb #2c7e5cc5
 from __future__ import annotations
-import copy, hashlib, os, re, warnings
-from concurrent.futures import ThreadPoolExecutor
+import hashlib, os, re, warnings
 from pathlib import Path
 import tomli_w
-import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_dict, check_drift, diff_keys,
                              parse_toml, snapshot_toml)
 from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
-from .ngram import RowDigest
 from .sidecar import SidecarError, load_sidecar, read_sidecar_header, save_sidecar, verify_sidecar
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'plan_sha256', 'new_run_id', 'make_pin', 'pinned_plan',
            'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt', 'load_run_ckpt', 'find_latest',
-           'check_pin', 'snapshot', 'CommitError', 'Committer', 'describe']
+           'check_pin', 'describe']
 
 # %% ../nbs/13_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -280,112 +277,6 @@ def check_pin(ck: Checkpoint,  # the checkpoint a resume found
                               "checkpoint directory.")
     check_drift(plan, cfg, where=f"{path}, the plan pinned in the checkpoint")
     return ck.pin
-
-# %% ../nbs/13_checkpoints.ipynb #bgc0ex01
-def _copy_tree(v, old=None):
-    "A copy of `v` sharing no tensor storage with it; a tensor of `old` (a previous copy) of the same kind is reused."
-    if torch.is_tensor(v):
-        same = torch.is_tensor(old) and (old.shape, old.dtype, old.device) == (v.shape, v.dtype, v.device)
-        return old.copy_(v.detach()) if same else v.detach().clone()
-    if isinstance(v, dict):  # a state_dict is an OrderedDict
-        old = old if isinstance(old, dict) else {}
-        out = {k: _copy_tree(x, old.get(k)) for k, x in v.items()}
-        return out if type(v) is dict else type(v)(out)
-    if type(v) in (list, tuple):
-        old = old if type(old) is type(v) and len(old) == len(v) else [None] * len(v)
-        return type(v)(_copy_tree(x, o) for x, o in zip(v, old))
-    return copy.deepcopy(v)
-
-def snapshot(state: RunState,  # the live run state (its tensors may be the parameters themselves)
-             tables=None,  # the live NgramTables, or None
-             into: tuple = (None, None),  # a previous (state, tables) snapshot no longer in use: its memory is reused
-            ) -> tuple:
-    "(state, tables) copied so the loop may change the originals while the copies are written."
-    snap = copy.copy(state)
-    for k, v in vars(state).items():
-        setattr(snap, k, _copy_tree(v, getattr(into[0], k, None)))
-    if tables is None:
-        return snap, None
-    if tables.pending_rows() is not None:
-        raise ValueError("snapshot: the tables have a pending update; snapshot at a step boundary")
-    tb, old = copy.copy(tables), into[1]
-    tb.weight = _copy_tree(tables.weight, getattr(old, "weight", None))
-    tb.momentum = _copy_tree(tables.momentum, getattr(old, "momentum", None))
-    # the copy's own digest, current on the loop in O(rows touched): the writer must not share the live one's state
-    tb._digest = RowDigest(tables.weight.shape[0] * tables.weight.shape[1])
-    tb._digest.trust(tables.digest(), tb.weight, tb.momentum)
-    return snap, tb
-
-# %% ../nbs/13_checkpoints.ipynb #bgc0ex02
-class CommitError(RuntimeError):
-    "A checkpoint whose commit failed; names its container. The previous checkpoint is intact (writes are atomic)."
-    def __init__(self, path, cause: BaseException):
-        self.path = Path(path)
-        super().__init__(f"checkpoint {self.path} was not committed: {type(cause).__name__}: {cause}. The previous "
-                         f"complete checkpoint in {self.path.parent} is intact; fix the cause (e.g. free disk space) "
-                         "and resume.")
-
-# %% ../nbs/13_checkpoints.ipynb #bgc0ex03
-class Committer:
-    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
-    def __init__(self, ckpt_dir,  # the run's ckpt/
-                 keep: int = 3,  # complete pairs rotation keeps
-                 background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
-                 pin: dict | None = None,  # `make_pin`: recorded in every container; its corpus stamp checked
-                ):
-        self.dir, self.keep, self.background, self.pin = Path(ckpt_dir), keep, background, pin
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
-        self.pending = None  # (container path, Future, snapshot) of the commit in flight
-        self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
-        self.committed = None  # the newest container this committer committed
-
-    def submit(self, state: RunState, tables=None) -> None:
-        "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
-        self.wait()
-        check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
-        path = self.dir / f"{ckpt_name(state.step)}.dmck"
-        if self.background:
-            snap, tb = snapshot(state, tables, into=self.spare)
-            self.spare = (None, None)
-            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin)
-            self.pending = (path, commit, (snap, tb))
-            return
-        try:
-            self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep, pin=self.pin)
-        except Exception as e:
-            raise CommitError(path, e) from e
-
-    def check(self) -> None:
-        "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
-        if self.pending is not None and self.pending[1].done():
-            self.wait()
-
-    def wait(self) -> Path | None:
-        "Block until the pending commit is on disk (raising its `CommitError`); the newest committed container."
-        if self.pending is not None:
-            path, fut, snap = self.pending
-            err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
-            self.pending, self.spare = None, snap
-            if err is not None:
-                raise CommitError(path, err) from err
-            self.committed = fut.result()
-        return self.committed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        "Wait for the pending commit on every way out; an exception already leaving wins over a failed commit."
-        try:
-            self.wait()
-        except CommitError as e:
-            if et is None:
-                raise
-            warnings.warn(str(e), stacklevel=2)
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(wait=True)
-        return False
 
 # %% ../nbs/13_checkpoints.ipynb #d7deeb1b
 def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:

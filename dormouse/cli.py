@@ -10,7 +10,8 @@ import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
                              field_types, flatten, load_cfg, read_snapshot, validate)
 from .container import CheckpointError
-from .checkpoints import CommitError, describe
+from .checkpoints import describe
+from .commit import CommitError
 from .data import CorpusError
 from .infer import generate, load_model_weights
 from .serve import serve

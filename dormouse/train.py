@@ -18,7 +18,8 @@ from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import Committer, check_pin, corpus_stamp, find_latest, make_pin, new_run_id
+from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id
+from .commit import Committer
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
                              write_atomic, write_jsonl)

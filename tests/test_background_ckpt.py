@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import dormouse.checkpoints as ckpts
-from dormouse.checkpoints import CommitError, find_latest
+from dormouse.checkpoints import find_latest
+from dormouse.commit import CommitError, snapshot
 from dormouse.container import RunState, load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, state_diff, tiny_cfg
@@ -110,7 +111,7 @@ def test_a_snapshot_of_the_tables_has_its_own_digest(tmp_path):
     _train_tables(live, 1, 3)
     state = RunState(step=3, model={}, optim={"state": {}, "param_groups": []}, teacher=None, flags=0, stress=None,
                      table_step=live.table_step, env={})
-    _, copy_tb = ckpts.snapshot(state, live)
+    _, copy_tb = snapshot(state, live)
     before = copy_tb.digest()  # what the writer does with the copy ...
     assert live._digest.in_sync(live.weight, live.momentum)  # ... leaves the live digest incremental (O(touched))
     _train_tables(live, 2, 3)  # the loop moves on while the copy is written
