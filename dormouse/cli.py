@@ -16,7 +16,8 @@ from .data import CorpusError
 from .infer import generate, load_model_weights
 from .serve import serve
 from .sidecar import SidecarError
-from .targets import TargetsError, open_targets, precompute_jepa_targets
+from .precompute import precompute_jepa_targets
+from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit

@@ -17,8 +17,9 @@ from dormouse.parts import build_parts, to_run_state
 from dormouse.train import fit
 from dormouse.step import pre_batches
 from dormouse.testing import tiny_cfg
-import dormouse.targets as targets_mod
-from dormouse.targets import TargetsError, open_targets, precompute_jepa_targets
+import dormouse.precompute as precompute_mod
+from dormouse.precompute import precompute_jepa_targets
+from dormouse.targets import TargetsError, open_targets
 from dormouse.testing import assert_same_run, final_ckpt, losses
 
 STEPS = 24
@@ -132,14 +133,14 @@ def test_other_targets_on_resume_are_drift(teacher, tmp_path):
 
 def test_failed_precompute_leaves_nothing(teacher, tmp_path, monkeypatch):
     cfg = run_cfg(tmp_path / "targets", steps=12)
-    real = targets_mod.depth_for_step
+    real = precompute_mod.depth_for_step
 
     def boom(c, s):
         if s == 7:
             raise RuntimeError("killed at step 7")
         return real(c, s)
 
-    monkeypatch.setattr(targets_mod, "depth_for_step", boom)
+    monkeypatch.setattr(precompute_mod, "depth_for_step", boom)
     with pytest.raises(RuntimeError, match="killed"):
         precompute_jepa_targets(cfg, teacher, cfg.jepa_targets, progress=False, shard_steps=4)
     left = [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")]  # the writer's lock file may stay
