@@ -113,9 +113,9 @@ def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list) -> None:
             sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
         rows[k][rn] = new
 
-# %% ../nbs/07_ngram.ipynb #72fe4730
-class RowDigest:
-    "Per-row hashes and their sums mod 2^64 (weight, momentum), kept current in O(rows touched)."
+# %% ../nbs/07_ngram.ipynb #6413b55e
+class _DigestState:
+    "A `RowDigest`'s state: per-row hashes, their two sums, the rows touched since the last look."
     def __init__(self, n_rows: int):
         self.rows = [np.zeros(n_rows, np.uint64), np.zeros(n_rows, np.uint64)]  # zeros: lazily paged, = zero tables
         self.sums = [0, 0]
@@ -134,6 +134,9 @@ class RowDigest:
         self.known, self.n_unknown = np.zeros(len(self.rows[0]), dtype=bool), len(self.rows[0])
         self.seen = (weight, momentum, weight._version, momentum._version)
 
+# %% ../nbs/07_ngram.ipynb #fe717556
+class _DigestTouch(_DigestState):
+    "A `RowDigest` that fills in a trusted table's row hashes at their first touch."
     def first_touch(self, rows: torch.Tensor, w_rows: torch.Tensor, m_flat: torch.Tensor) -> None:
         "Before a step writes `rows` (old weight rows `w_rows`): store the old hashes of rows not hashed yet."
         if self.known is None:
@@ -150,6 +153,9 @@ class RowDigest:
         if not self.n_unknown:
             self.known = None
 
+# %% ../nbs/07_ngram.ipynb #2de487f6
+class RowDigest(_DigestTouch):
+    "Per-row hashes and their sums mod 2^64 (weight, momentum), kept current in O(rows touched)."
     def note(self, rows: torch.Tensor, weight, momentum, was_in_sync: bool) -> None:
         "Record the rows a step just wrote (`was_in_sync`: `in_sync` before the write)."
         if not was_in_sync:
@@ -196,9 +202,9 @@ def _nesterov(m_rows: torch.Tensor, w_rows: torch.Tensor, g: torch.Tensor, mu: f
     upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
     return m_new, w_rows.sub_(upd)
 
-# %% ../nbs/07_ngram.ipynb #af9088f9
-class NgramTables:
-    "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
+# %% ../nbs/07_ngram.ipynb #4ac78344
+class _TableState:
+    "The tables' state: weight and momentum `[n_orders, slots, dim]` at zeros, their digest, the pending leaf."
     def __init__(self, orders,  # n-gram orders, one table each
                  slots: int,  # rows per table
                  dim: int,  # row width (the feature size)
@@ -220,18 +226,12 @@ class NgramTables:
         self._rows = None  # flat row numbers (order * slots + slot) of the pending leaf, sorted unique
         self._leaf = None  # [n_unique, dim] copy of those rows; its .grad is the pending gradient
 
-    @classmethod
-    def from_cfg(cls, cfg, device="cpu"):
-        "Tables for a `TrainCfg`: orders/slots/dim from `cfg.model`, lr/momentum from `cfg.ngram_lr`/`ngram_momentum`."
-        m = cfg.model
-        return cls(m.ngram_orders, m.ngram_slots, m.ngram_dim, cfg.ngram_lr, cfg.ngram_momentum, device)
-
-    def __repr__(self):
-        return f"NgramTables(orders={self.orders}, slots={self.slots}, dim={self.dim}, table_step={self.table_step})"
-
     def _flat(self, t):
         return t.view(len(self.orders) * self.slots, self.dim)
 
+# %% ../nbs/07_ngram.ipynb #bd1853cc
+class _TableLookup(_TableState):
+    "Tables that answer `lookup` and hold its pending leaf and gradient."
     def lookup(self, x: torch.Tensor,  # int64 bytes [B, T]: the global batch
                keep=None,  # slice (or 1-D index) of the batch rows whose features to return; None = all
               ) -> torch.Tensor:  # float32 [B', T, dim]
@@ -258,17 +258,12 @@ class NgramTables:
         "Gradient of the pending leaf `[n_unique, dim]` (all-reduce this across ranks), or None."
         return None if self._leaf is None else self._leaf.grad
 
+# %% ../nbs/07_ngram.ipynb #0bd8cc7a
+class _TableStep(_TableLookup):
+    "Tables that apply (or drop) the pending gradient to the touched rows, and note them in the digest."
     def discard(self):
         "Drop the pending leaf without updating (e.g. a refused stress update)."
         self._rows = self._leaf = None
-
-    def digest(self) -> tuple:
-        "(weight, momentum) digests: sums mod 2^64 of keyed row hashes; O(rows touched since the last call)."
-        return self._digest.current(self.weight, self.momentum)
-
-    def full_digest(self) -> tuple:
-        "The same two sums recomputed from every row (O(slots)); must equal `digest()`."
-        return tuple(_hash_all(t.view(-1, self.dim), k) for k, t in enumerate((self.weight, self.momentum)))
 
     @torch.no_grad()
     def step(self) -> bool:
@@ -289,6 +284,26 @@ class NgramTables:
         self.table_step += 1
         self.discard()
         return True
+
+# %% ../nbs/07_ngram.ipynb #b4c57d64
+class NgramTables(_TableStep):
+    "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
+    @classmethod
+    def from_cfg(cls, cfg, device="cpu"):
+        "Tables for a `TrainCfg`: orders/slots/dim from `cfg.model`, lr/momentum from `cfg.ngram_lr`/`ngram_momentum`."
+        m = cfg.model
+        return cls(m.ngram_orders, m.ngram_slots, m.ngram_dim, cfg.ngram_lr, cfg.ngram_momentum, device)
+
+    def __repr__(self):
+        return f"NgramTables(orders={self.orders}, slots={self.slots}, dim={self.dim}, table_step={self.table_step})"
+
+    def digest(self) -> tuple:
+        "(weight, momentum) digests: sums mod 2^64 of keyed row hashes; O(rows touched since the last call)."
+        return self._digest.current(self.weight, self.momentum)
+
+    def full_digest(self) -> tuple:
+        "The same two sums recomputed from every row (O(slots)); must equal `digest()`."
+        return tuple(_hash_all(t.view(-1, self.dim), k) for k, t in enumerate((self.weight, self.momentum)))
 
 # %% ../nbs/07_ngram.ipynb #d3284536
 CHUNK_BYTES = 4 << 20  # slice size for streaming hashes and sidecar I/O
