@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-CONTINUITY_NB = NBS / "25_resume_continuity.ipynb"
+CONTINUITY_NB = NBS / "27_resume_continuity.ipynb"
 
 
 def _build_docs():
