@@ -176,7 +176,7 @@ def _put_env(values: dict) -> None:
         else:
             os.environ[k] = str(v)
 
-# %% ../nbs/05_numerics.ipynb #9733ad4d
+# %% ../nbs/05_numerics.ipynb #d63c63e0
 FP32_PATHS = ("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision", "cuda.matmul.fp32_precision")
 
 def _put_precisions(values: dict) -> None:
@@ -189,6 +189,7 @@ def _put_precisions(values: dict) -> None:
         if getattr(obj, leaf) != v:
             setattr(obj, leaf, v)
 
+# %% ../nbs/05_numerics.ipynb #9733ad4d
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's
                   deterministic: bool = True,  # torch.use_deterministic_algorithms inside the scope
