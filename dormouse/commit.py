@@ -60,8 +60,8 @@ class CommitError(RuntimeError):
                          "and resume.")
 
 # %% ../nbs/14_commit.ipynb #bgc0ex03
-class Committer:
-    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
+class _CommitQueue:
+    "At most one commit in flight: its future, waited for (raising its error) before the next or on leaving."
     def __init__(self, ckpt_dir,  # the run's ckpt/
                  keep: int = 3,  # complete pairs rotation keeps
                  background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
@@ -72,22 +72,6 @@ class Committer:
         self.pending = None  # (container path, Future, snapshot) of the commit in flight
         self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
         self.committed = None  # the newest container this committer committed
-
-    def submit(self, state: RunState, tables=None) -> None:
-        "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
-        self.wait()
-        check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
-        path = self.dir / f"{ckpt_name(state.step)}.dmck"
-        if self.background:
-            snap, tb = snapshot(state, tables, into=self.spare)
-            self.spare = (None, None)
-            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin)
-            self.pending = (path, commit, (snap, tb))
-            return
-        try:
-            self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep, pin=self.pin)
-        except Exception as e:
-            raise CommitError(path, e) from e
 
     def check(self) -> None:
         "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
@@ -104,6 +88,25 @@ class Committer:
                 raise CommitError(path, err) from err
             self.committed = fut.result()
         return self.committed
+
+# %% ../nbs/14_commit.ipynb #4ad2228a
+class Committer(_CommitQueue):
+    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
+    def submit(self, state: RunState, tables=None) -> None:
+        "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
+        self.wait()
+        check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
+        path = self.dir / f"{ckpt_name(state.step)}.dmck"
+        if self.background:
+            snap, tb = snapshot(state, tables, into=self.spare)
+            self.spare = (None, None)
+            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin)
+            self.pending = (path, commit, (snap, tb))
+            return
+        try:
+            self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep, pin=self.pin)
+        except Exception as e:
+            raise CommitError(path, e) from e
 
     def __enter__(self):
         return self

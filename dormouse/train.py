@@ -49,7 +49,7 @@ def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
     targets.check(cfg, pre_batches(cfg), cfg.steps)
     return cfg, corpus, targets
 
-# %% ../nbs/22_train.ipynb #df4869d5
+# %% ../nbs/22_train.ipynb #2d296105
 def _history(paths: RunPaths) -> str:
     "What a run directory holds besides loadable checkpoints, in words."
     rows, segs = read_metrics(paths.root), read_lineage(paths.root)
@@ -58,6 +58,7 @@ def _history(paths: RunPaths) -> str:
     other = sorted(p.name for p in paths.ckpt_dir.iterdir()) if paths.ckpt_dir.is_dir() else []
     return ", ".join(held + ([f"ckpt/ with {len(other)} other file(s): {', '.join(other[:3])}"] if other else []))
 
+# %% ../nbs/22_train.ipynb #df4869d5
 def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_env_drift: bool, device: str,
                 seg_row: dict,  # this segment's lineage row, filled in here
                ) -> None:
@@ -102,6 +103,7 @@ class Segment:
     lead: bool  # rank 0: the one writer
     pin: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
 
+# %% ../nbs/22_train.ipynb #c750fc29
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, allow_env_drift: bool, device: str,
                  di: DistInfo) -> Segment:
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
