@@ -15,6 +15,7 @@ Usage: python bench/ddp_scaling.py [--steps 60] [--cores 2]
 
 import argparse, json, os, subprocess, sys, tempfile
 from pathlib import Path
+from dormouse.testing import train_cmd
 
 
 def steady_tok_s(run_dir: Path, batch: int, seq_len: int, warm: int) -> float:
@@ -32,26 +33,14 @@ def main():
 
     cfg = TrainCfg()
     warm = min(10, args.steps // 3)
-    common = ["--steps", str(args.steps), "--ckpt-every", str(10 * args.steps), "--log-every", "10", "--quiet"]
+    common = ["--steps", str(args.steps), "--ckpt-every", str(10 * args.steps), "--log-every", "10"]
     with tempfile.TemporaryDirectory() as t:
         t = Path(t)
         cfgf = t / "cfg.toml"
         cfgf.write_text("eval = false\n")
         one = t / "one"
         r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dormouse.cli",
-                "train",
-                "--config",
-                str(cfgf),
-                "--run-dir",
-                str(one),
-                "--threads",
-                str(args.cores),
-                *common,
-            ],
+            train_cmd(cfgf, one, "--threads", args.cores, *common),
             capture_output=True,
             text=True,
         )
@@ -65,16 +54,7 @@ def main():
                 "torch.distributed.run",
                 "--standalone",
                 "--nproc_per_node=2",
-                "-m",
-                "dormouse.cli",
-                "train",
-                "--config",
-                str(cfgf),
-                "--run-dir",
-                str(two),
-                "--threads",
-                str(max(1, args.cores // 2)),
-                *common,
+                *train_cmd(cfgf, two, "--threads", max(1, args.cores // 2), *common)[1:],
             ],
             capture_output=True,
             text=True,

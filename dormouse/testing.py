@@ -4,6 +4,7 @@
 
 # %% ../nbs/23_testing.ipynb #46572939
 from __future__ import annotations
+import os, subprocess, sys
 from pathlib import Path
 import torch
 from .config import ModelCfg, TrainCfg
@@ -11,7 +12,8 @@ from .container import load_ckpt
 from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
-__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run']
+__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run', 'train_cmd',
+           'torchrun']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -102,3 +104,25 @@ def assert_same_run(run_a, run_b) -> None:
     for s in common:
         assert fa[s] == fb[s], f"fingerprint differs at step {s}"
     assert_same_state(final_ckpt(run_a), final_ckpt(run_b))
+
+# %% ../nbs/23_testing.ipynb #f057ec3d
+def train_cmd(cfg_file,  # a TOML config (`--config`)
+              run_dir,  # `--run-dir`
+              *extra,  # more flags, e.g. "--resume", "--steps", 40
+             ) -> list[str]:
+    "The command line of `dormouse train` in a subprocess: this Python, quiet."
+    return [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir),
+            "--quiet", *map(str, extra)]
+
+def torchrun(cfg_file, run_dir, *extra,
+             nproc: int = 2,  # ranks (gloo on CPU)
+             wait: bool = True,  # False: a Popen in its own session (stdout+stderr piped), to signal or kill
+            ):
+    "`dormouse train` under torchrun, one thread per rank: the finished CompletedProcess, or the running Popen."
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           *train_cmd(cfg_file, run_dir, *extra)[1:]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

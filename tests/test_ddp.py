@@ -1,12 +1,12 @@
 """Scale-out: torchrun + DistributedDataParallel (gloo, 2 ranks on CPU) keeps the resume guarantee."""
 
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, time
 from pathlib import Path
 
 import pytest
 
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run
+from dormouse.testing import train_cmd, torchrun, assert_same_run
 
 CONFIG = """
 steps = 24
@@ -30,31 +30,6 @@ ngram_orders = [2, 3]
 ngram_slots = 1024
 ngram_dim = 16
 """
-
-
-def torchrun(cfg_file, run_dir, *extra, nproc=2, wait=True):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(cfg_file),
-        "--run-dir",
-        str(run_dir),
-        "--quiet",
-        *map(str, extra),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if not wait:
-        return subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -108,20 +83,7 @@ def test_resume_under_another_world_size_is_refused(cfg_file, uninterrupted, tmp
 
     run = tmp_path / "one"
     shutil.copytree(uninterrupted, run)
-    cmd = [
-        sys.executable,
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(cfg_file),
-        "--run-dir",
-        str(run),
-        "--resume",
-        "--steps",
-        "28",
-        "--quiet",
-    ]
+    cmd = train_cmd(cfg_file, run, "--resume", "--steps", 28)  # one process, where the run had two ranks
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "world_size" in r.stderr and "Traceback" not in r.stderr, r.stderr
 

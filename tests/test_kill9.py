@@ -3,13 +3,13 @@ bitwise identical to a run that was never killed, and never loads a torn checkpo
 background commit (it waits for this process's temp file in ckpt/), so some land while the loop trains on past the
 checkpoint being written."""
 
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, time
 
 
 from dormouse.container import load_ckpt
 from dormouse.rng import keyed_uniform
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run
+from dormouse.testing import train_cmd, assert_same_run
 
 KILLS = 20
 # A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a sidecar) and frequent,
@@ -36,21 +36,6 @@ ngram_dim = 32
 """
 
 
-def train_cmd(cfg_file, run_dir, resume):
-    cmd = [
-        sys.executable,
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(cfg_file),
-        "--run-dir",
-        str(run_dir),
-        "--quiet",
-    ]
-    return cmd + (["--resume"] if resume else [])
-
-
 def n_rows(run_dir):
     return len(read_jsonl(RunPaths(run_dir).metrics))
 
@@ -59,7 +44,7 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
     cfg_file = tmp_path / "cfg.toml"
     cfg_file.write_text(CONFIG)
     ref = tmp_path / "ref"
-    r = subprocess.run(train_cmd(cfg_file, ref, False), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(train_cmd(cfg_file, ref), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
 
     run = tmp_path / "killed"
@@ -72,7 +57,10 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
         # history is refused), so the run starts fresh again
         resume = bool(RunPaths(run).checkpoints())
         proc = subprocess.Popen(
-            train_cmd(cfg_file, run, resume), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            train_cmd(cfg_file, run, *(["--resume"] if resume else [])),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         killed = False
         if kills < KILLS:

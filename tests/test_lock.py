@@ -2,11 +2,12 @@
 resumed — is refused with one line naming the holder's pid and command and writes nothing; a killed holder never
 blocks the next resume (the kernel drops its flock)."""
 
-import dataclasses, subprocess, sys, time
+import dataclasses, subprocess, time
 
 import pytest
 
 from dormouse.config import load_cfg
+from dormouse.testing import train_cmd
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.train import fit
 
@@ -25,21 +26,6 @@ factor_rank = 16
 ngram_slots = 1024
 ngram_dim = 16
 """
-
-
-def train(cfg_file, run, *extra):
-    return [
-        sys.executable,
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(cfg_file),
-        "--run-dir",
-        str(run),
-        "--quiet",
-        *map(str, extra),
-    ]
 
 
 def wait_for(cond, proc, what, limit=180):
@@ -68,11 +54,13 @@ def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_no
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(CONFIG)
     run = tmp_path / "run"
-    a = subprocess.Popen(train(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a, "a checkpoint")
         config, lineage = RunPaths(run).config.read_bytes(), RunPaths(run).lineage.read_bytes()
-        b = subprocess.run(train(cfg, run, "--seed", 2, "--steps", 300), capture_output=True, text=True, timeout=300)
+        b = subprocess.run(
+            train_cmd(cfg, run, "--seed", 2, "--steps", 300), capture_output=True, text=True, timeout=300
+        )
         assert_refused(b, a.pid)
         assert a.poll() is None, "the holder stopped"
         assert holder(run).startswith(f"pid {a.pid}:"), holder(run)  # the refused writer did not touch the lock file
@@ -82,7 +70,9 @@ def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_no
         a.kill()
         a.communicate()
     reached = int(RunPaths(run).checkpoints()[-1].stem.split("_")[1])
-    c = subprocess.run(train(cfg, run, "--resume", "--steps", reached + 3), capture_output=True, text=True, timeout=300)
+    c = subprocess.run(
+        train_cmd(cfg, run, "--resume", "--steps", reached + 3), capture_output=True, text=True, timeout=300
+    )
     assert c.returncode == 0, c.stdout + c.stderr
     assert f"resumed {run} at step {reached}" in c.stdout
     assert [r["step"] for r in read_jsonl(RunPaths(run).metrics)] == list(range(reached + 3))
@@ -95,7 +85,7 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
     run = tmp_path / "run"
     fit(dataclasses.replace(load_cfg(cfg), steps=10), run, progress=False)  # a run at its checkpoint 10
     procs = [
-        subprocess.Popen(train(cfg, run, "--resume"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(train_cmd(cfg, run, "--resume"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
     try:

@@ -2,7 +2,7 @@
 resume under another value is an EnvDriftError naming it (or, allowed, a fact in lineage.jsonl); an older record
 without the new keys still resumes, and lineage says which keys it could not check."""
 
-import dataclasses, os, shutil, subprocess, sys
+import dataclasses, os, shutil, subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from dormouse.container import load_ckpt, save_ckpt
 from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.testing import train_cmd, assert_same_run, tiny_cfg
 from dormouse.train import fit
 
 VARS = (
@@ -88,18 +88,7 @@ def test_a_process_started_under_a_lowered_isa_is_refused(ref, tmp_path):
     run = _at_10(ref, tmp_path / "run")
     env = {k: v for k, v in os.environ.items() if k not in VARS}
     env.update(ONEDNN_MAX_CPU_ISA="AVX2", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(RunPaths(run).config),
-        "--run-dir",
-        str(run),
-        "--resume",
-        "--quiet",
-    ]
+    cmd = train_cmd(RunPaths(run).config, run, "--resume")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2 and "ONEDNN_MAX_CPU_ISA: None -> 'AVX2'" in r.stderr, r.stdout + r.stderr
     assert "Traceback" not in r.stderr

@@ -1,14 +1,14 @@
 """SIGTERM is Ctrl-C: what a batch scheduler sends stops the run at the next step boundary with a checkpoint, in one
 process and under torchrun, and the resume is bitwise the run that was never stopped."""
 
-import os, signal, subprocess, sys, threading, time
+import os, signal, subprocess, threading, time
 
 import pytest
 
 from dormouse.config import load_cfg
 from dormouse.container import load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run
+from dormouse.testing import train_cmd, torchrun, assert_same_run
 from dormouse.train import fit
 
 CONFIG = """
@@ -73,7 +73,7 @@ def test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise(cfg_fil
 
 def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--quiet", "--run-dir", str(run)]
+    cmd = train_cmd(cfg_file, run)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
     while rows(run) < 10 and proc.poll() is None and time.time() - t0 < 120:
@@ -84,31 +84,6 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
     assert proc.returncode == 143, out
     step = stopped_at(run, 300)
     assert f"checkpoint written at step {step}" in out and "SIGTERM: stopping after this step" in out, out
-
-
-def torchrun(cfg_file, run, *extra, wait=True):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "dormouse.cli",
-        "train",
-        "--config",
-        str(cfg_file),
-        "--run-dir",
-        str(run),
-        "--quiet",
-        *map(str, extra),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if not wait:
-        return subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_file, tmp_path):
