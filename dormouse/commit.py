@@ -8,12 +8,12 @@ import copy, warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import torch
-from .checkpoints import check_corpus, ckpt_name, save_run_ckpt
+from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id
 from .container import RunState
-from .ngram import RowDigest
+from .ngram import NgramTables, TableDelta
 
 # %% auto #0
-__all__ = ['snapshot', 'CommitError', 'Committer']
+__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer']
 
 # %% ../nbs/14_commit.ipynb #bgc0ex01
 def _copy_tree(v, old=None):
@@ -33,6 +33,7 @@ def _copy_tree(v, old=None):
 def snapshot(state: RunState,  # the live run state (its tensors may be the parameters themselves)
              tables=None,  # the live NgramTables, or None
              into: tuple = (None, None),  # a previous (state, tables) snapshot no longer in use: its memory is reused
+             rows: torch.Tensor | None = None,  # `tables.take_touched()`: copy just these rows (a delta); None: all
             ) -> tuple:
     "(state, tables) copied so the loop may change the originals while the copies are written."
     snap = copy.copy(state)
@@ -42,13 +43,9 @@ def snapshot(state: RunState,  # the live run state (its tensors may be the para
         return snap, None
     if tables.pending_rows() is not None:
         raise ValueError("snapshot: the tables have a pending update; snapshot at a step boundary")
-    tb, old = copy.copy(tables), into[1]
-    tb.weight = _copy_tree(tables.weight, getattr(old, "weight", None))
-    tb.momentum = _copy_tree(tables.momentum, getattr(old, "momentum", None))
-    # the copy's own digest, current on the loop in O(rows touched): the writer must not share the live one's state
-    tb._digest = RowDigest(tables.weight.shape[0] * tables.weight.shape[1])
-    tb._digest.trust(tables.digest(), tb.weight, tb.momentum)
-    return snap, tb
+    if rows is not None:
+        return snap, tables.delta(rows)
+    return snap, tables.clone(into=into[1] if isinstance(into[1], NgramTables) else None)
 
 # %% ../nbs/14_commit.ipynb #bgc0ex02
 class CommitError(RuntimeError):
@@ -72,6 +69,8 @@ class _CommitQueue:
         self.pending = None  # (container path, Future, snapshot) of the commit in flight
         self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
         self.committed = None  # the newest container this committer committed
+        self.base = None  # `sidecar_id` of the newest committed tables file: the next delta's base
+        self.deltas = 0  # deltas committed since the last full sidecar
 
     def check(self) -> None:
         "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
@@ -83,30 +82,55 @@ class _CommitQueue:
         if self.pending is not None:
             path, fut, snap = self.pending
             err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
-            self.pending, self.spare = None, snap
+            self.pending, self.spare = None, (snap[0], snap[1] if isinstance(snap[1], NgramTables) else self.spare[1])
             if err is not None:
                 raise CommitError(path, err) from err
             self.committed = fut.result()
+            self._note_tables(snap[1])
         return self.committed
 
+    def _note_tables(self, tables) -> None:
+        "After a commit: the tables file it wrote is the next delta's base."
+        if tables is not None:
+            delta = isinstance(tables, TableDelta)
+            self.base = sidecar_id(self.committed.with_suffix(".ngdelta" if delta else ".ngram"))
+            self.deltas = self.deltas + 1 if delta else 0
+
+# %% ../nbs/14_commit.ipynb #72d6e6a5
+FULL_EVERY = 8  # a full sidecar at least every 8th checkpoint: a resume replays at most 7 deltas
+
+class _TablePolicy(_CommitQueue):
+    "A committer that chooses, at each snapshot, between a table delta and a full sidecar."
+    def delta_rows(self, tables) -> torch.Tensor | None:
+        "The rows the next checkpoint writes as a delta, or None for a full sidecar; takes the touched rows."
+        if tables is None:
+            return None
+        rows = tables.take_touched()  # taken at every checkpoint: the next delta counts from this one
+        if rows is None or self.base is None or self.deltas >= FULL_EVERY - 1:
+            return None
+        return rows if rows.numel() * (8 + 8 * tables.dim) < 8 * tables.weight.numel() else None
+
 # %% ../nbs/14_commit.ipynb #4ad2228a
-class Committer(_CommitQueue):
+class Committer(_TablePolicy):
     "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
     def submit(self, state: RunState, tables=None) -> None:
         "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
         self.wait()
         check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
         path = self.dir / f"{ckpt_name(state.step)}.dmck"
+        rows = self.delta_rows(tables)
         if self.background:
-            snap, tb = snapshot(state, tables, into=self.spare)
-            self.spare = (None, None)
-            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin)
+            snap, tb = snapshot(state, tables, into=self.spare, rows=rows)
+            self.spare = (None, None if rows is None else self.spare[1])  # a delta leaves the full copy unused
+            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin, self.base)
             self.pending = (path, commit, (snap, tb))
             return
+        tb = tables if rows is None else tables.delta(rows)
         try:
-            self.committed = save_run_ckpt(self.dir, state, tables, keep=self.keep, pin=self.pin)
+            self.committed = save_run_ckpt(self.dir, state, tb, keep=self.keep, pin=self.pin, base=self.base)
         except Exception as e:
             raise CommitError(path, e) from e
+        self._note_tables(tb)
 
     def __enter__(self):
         return self

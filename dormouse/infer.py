@@ -203,8 +203,9 @@ def _table_notes(path: Path, sidecar: Path, ck, tables: NgramTables | None, run_
     if sidecar.exists() or ck.sidecar is None and not ck.legacy:
         return ["the checkpoint was written without n-gram tables: the forward runs without n-gram features"]
     msg = (f"WARNING: no n-gram sidecar {sidecar.name} next to {path.name}: running WITHOUT n-gram features. "
-           "This is not the forward the model was trained with; expect worse completions. Copy the sidecar of "
-           f"step {ck.step} next to the container to use them.")
+           "This is not the forward the model was trained with; expect worse completions. Copy the tables of "
+           f"step {ck.step} next to the container to use them (for a .ngdelta, with the files of its chain: "
+           "`dormouse inspect` on the run's container lists them).")
     log(msg)
     return [msg]
 
@@ -246,7 +247,8 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
 
 # %% ../nbs/24_infer.ipynb #75236f23
 def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> InferenceModel:
-    sidecar = path.with_suffix(".ngram")
+    sidecar = next((q for q in (path.with_suffix(".ngdelta"), path.with_suffix(".ngram")) if q.exists()),
+                   path.with_suffix(".ngram"))  # a delta loads with its chain
     ck, tables = load_run_ckpt(path) if sidecar.exists() else (load_ckpt(path), None)
     notes = []
     if ck.legacy:

@@ -4,14 +4,15 @@
 
 # %% ../nbs/07_ngram.ipynb #fde94774
 from __future__ import annotations
-import mmap, struct, sys
+import copy, mmap, struct, sys
+from dataclasses import dataclass
 import numpy as np
 import torch
 from .rng import splitmix64
 
 # %% auto #0
-__all__ = ['PAD', 'CHUNK_BYTES', 'ngram_ids', 'table_zeros', 'row_hashes', 'RowDigest', 'NgramTables', 'tensor_chunks',
-           'fingerprint_update']
+__all__ = ['PAD', 'CHUNK_BYTES', 'ngram_ids', 'table_zeros', 'row_hashes', 'RowDigest', 'TouchedRows', 'TableDelta',
+           'NgramTables', 'tensor_chunks', 'fingerprint_update']
 
 # %% ../nbs/07_ngram.ipynb #f6e2f779
 PAD = 256  # what positions before the start of a row read; no byte has this value
@@ -202,6 +203,34 @@ def _nesterov(m_rows: torch.Tensor, w_rows: torch.Tensor, g: torch.Tensor, mu: f
     upd = torch.mul(m_new, mu).add_(g).mul_(lr)  # lr*(g + mu*m_new)
     return m_new, w_rows.sub_(upd)
 
+# %% ../nbs/07_ngram.ipynb #e1f42f49
+class TouchedRows:
+    "The flat rows the tables' steps wrote since the last `take`; unknown once anything else wrote the tables."
+    def __init__(self, weight, momentum):
+        self.parts, self.n = [], 0  # CPU int64 row tensors; None: a write outside `note` went unseen
+        self.seen = (weight._version, momentum._version)
+
+    def note(self, rows: torch.Tensor,  # the flat rows a step just wrote
+             before: tuple,  # the tables' (weight, momentum) versions just before that step
+             weight, momentum):
+        "Add the rows a step wrote; the set becomes unknown if something else wrote the tables since the last look."
+        if self.parts is not None and before == self.seen:
+            self.parts.append(rows.cpu())
+            self.n += rows.numel()
+            if self.n > 4 * weight.shape[0] * weight.shape[1]:  # bound the list (ranks that never checkpoint)
+                self.parts = [torch.unique(torch.cat(self.parts))]
+                self.n = self.parts[0].numel()
+        else:
+            self.parts = None
+        self.seen = (weight._version, momentum._version)
+
+    def take(self, weight, momentum) -> torch.Tensor | None:
+        "Sorted unique rows written since the last take (None: unknown, save everything); counting starts again."
+        known = self.parts is not None and self.seen == (weight._version, momentum._version)
+        rows = torch.unique(torch.cat(self.parts)) if known and self.parts else torch.zeros(0, dtype=torch.int64)
+        self.parts, self.n, self.seen = [], 0, (weight._version, momentum._version)
+        return rows if known else None
+
 # %% ../nbs/07_ngram.ipynb #4ac78344
 class _TableState:
     "The tables' state: weight and momentum `[n_orders, slots, dim]` at zeros, their digest, the pending leaf."
@@ -223,6 +252,7 @@ class _TableState:
         self.table_step = 0
         self._digest = RowDigest(len(self.orders) * self.slots)  # zero tables: digest 0, nothing to hash
         self._digest.seen = (self.weight, self.momentum, self.weight._version, self.momentum._version)
+        self._touched = TouchedRows(self.weight, self.momentum)  # rows written since the last checkpoint
         self._rows = None  # flat row numbers (order * slots + slot) of the pending leaf, sorted unique
         self._leaf = None  # [n_unique, dim] copy of those rows; its .grad is the pending gradient
 
@@ -274,6 +304,7 @@ class _TableStep(_TableLookup):
         rows, mu, lr = self._rows, self.momentum_coef, self.lr
         w, m = self._flat(self.weight), self._flat(self.momentum)
         synced = self._digest.in_sync(self.weight, self.momentum)
+        before = (self.weight._version, self.momentum._version)
         if synced:
             self._digest.first_touch(rows, self._leaf.detach(), m)  # loaded tables: old hashes, first touch
         # the leaf is a copy of w[rows] taken at lookup; it is dropped below
@@ -281,12 +312,73 @@ class _TableStep(_TableLookup):
         m.index_copy_(0, rows, m_new)
         w.index_copy_(0, rows, w_new)
         self._digest.note(rows, self.weight, self.momentum, synced)
+        self._touched.note(rows, before, self.weight, self.momentum)
         self.table_step += 1
         self.discard()
         return True
 
+# %% ../nbs/07_ngram.ipynb #8d55567c
+@dataclass
+class TableDelta:
+    "Rows of both tables copied at a checkpoint, with the shape, table step and digest of the whole they belong to."
+    orders: list  # n-gram orders of the tables
+    slots: int  # rows per table
+    dim: int  # row width
+    table_step: int  # the tables' update count at the copy
+    rows: torch.Tensor  # int64 [n]: flat row numbers (order * slots + slot), sorted, unique
+    weight: torch.Tensor  # float32 [n, dim]: those rows of the weight table
+    momentum: torch.Tensor  # float32 [n, dim]: those rows of the momentum table
+    digest: tuple  # (weight, momentum) digests of the whole tables at the copy
+
+    @property
+    def nbytes(self) -> int:
+        "Bytes of the rows' numbers and values."
+        return self.rows.numel() * (8 + 8 * self.dim)
+
+# %% ../nbs/07_ngram.ipynb #2743d8f6
+class _TableCopies(_TableStep):
+    "Tables that copy themselves for a checkpoint, whole or as the rows touched since the last one, and apply a delta."
+    def take_touched(self) -> torch.Tensor | None:
+        "Sorted flat rows `step()` wrote since the last call (None: unknown); the next call counts from here."
+        return self._touched.take(self.weight, self.momentum)
+
+    def clone(self, into=None):
+        "A copy sharing no memory, with its own digest; `into`, an earlier copy of the same shape, is written over."
+        if self.pending_rows() is not None:
+            raise ValueError("NgramTables.clone: an update is pending; copy at a step boundary")
+        tb = copy.copy(self)
+        reuse = into is not None and (into.weight.shape, into.weight.device) == (self.weight.shape, self.weight.device)
+        tb.weight = into.weight.copy_(self.weight) if reuse else self.weight.clone()
+        tb.momentum = into.momentum.copy_(self.momentum) if reuse else self.momentum.clone()
+        tb._digest = RowDigest(len(self.orders) * self.slots)  # current on this thread in O(rows touched)
+        tb._digest.trust(self._digest.current(self.weight, self.momentum), tb.weight, tb.momentum)
+        tb._touched = TouchedRows(tb.weight, tb.momentum)
+        return tb
+
+    def delta(self, rows: torch.Tensor) -> TableDelta:
+        "A copy of `rows` (from `take_touched`) of both tables, with the shape, table step and digest of the whole."
+        w, m, r = self._flat(self.weight), self._flat(self.momentum), rows.to(self.weight.device)
+        return TableDelta(list(self.orders), self.slots, self.dim, self.table_step, rows.cpu().clone(),
+                          w.index_select(0, r).cpu(), m.index_select(0, r).cpu(),
+                          self._digest.current(self.weight, self.momentum))
+
+    @torch.no_grad()
+    def apply(self, d: TableDelta) -> tuple:
+        "Write a delta's rows over the tables and take its table step; the tables' digest after it, in O(rows)."
+        if (list(d.orders), d.slots, d.dim) != (self.orders, self.slots, self.dim):
+            raise ValueError(f"apply: a delta of orders={d.orders} slots={d.slots} dim={d.dim} to {self!r}")
+        w, m, r = self._flat(self.weight), self._flat(self.momentum), d.rows.to(self.weight.device)
+        synced = self._digest.in_sync(self.weight, self.momentum)
+        if synced:
+            self._digest.first_touch(r, w.index_select(0, r), m)
+        w.index_copy_(0, r, d.weight.to(w.device))
+        m.index_copy_(0, r, d.momentum.to(m.device))
+        self._digest.note(r, self.weight, self.momentum, synced)
+        self.table_step = d.table_step
+        return self._digest.current(self.weight, self.momentum)
+
 # %% ../nbs/07_ngram.ipynb #b4c57d64
-class NgramTables(_TableStep):
+class NgramTables(_TableCopies):
     "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
     @classmethod
     def from_cfg(cls, cfg, device="cpu"):

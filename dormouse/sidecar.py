@@ -11,11 +11,12 @@ import numpy as np
 import torch
 import xxhash
 from .fsio import atomic_write
-from .ngram import CHUNK_BYTES, NgramTables, tensor_chunks, row_hashes
+from .ngram import CHUNK_BYTES, NgramTables, TableDelta, tensor_chunks, row_hashes
 
 # %% auto #0
-__all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'SidecarError', 'SidecarHeader', 'save_sidecar', 'read_sidecar_header',
-           'load_sidecar', 'verify_sidecar']
+__all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'SidecarError', 'SidecarHeader', 'save_sidecar',
+           'read_sidecar_header', 'load_sidecar', 'verify_sidecar', 'DeltaHeader', 'save_delta', 'read_table_header',
+           'load_delta', 'table_file_id', 'load_chain']
 
 # %% ../nbs/08_sidecar.ipynb #315b94a0
 SIDECAR_MAGIC = b"DMNGRAM\x00"
@@ -226,3 +227,161 @@ def verify_sidecar(path) -> SidecarHeader:
             if want is not None and want != dg:
                 raise SidecarError(path, name, _digest_mismatch(want, dg))
     return hd
+
+# %% ../nbs/08_sidecar.ipynb #32a8d3c0
+DELTA_MAGIC = b"DMNGDLT\x00"
+DELTA_VERSION = 1
+_DFIXED = struct.Struct("<8sIIQQQQQQQ")  # magic, version, n_orders, slots, dim, base/train step, base/table step, n_rows
+
+@dataclass
+class DeltaHeader:
+    "The parsed, checksum-verified header of a table delta."
+    orders: list
+    slots: int
+    dim: int
+    base_train_step: int  # the train step of the file it applies to
+    train_step: int  # the training step of the checkpoint it pairs with
+    base_table_step: int
+    table_step: int
+    n_rows: int
+    base_id: str  # `table_file_id` of the file it applies to
+    header_bytes: int  # offset of the rows section
+
+    @property
+    def section_bytes(self) -> tuple:
+        "(rows, weight, momentum) payload bytes."
+        return 8 * self.n_rows, 4 * self.dim * self.n_rows, 4 * self.dim * self.n_rows
+
+    @property
+    def file_bytes(self) -> int:
+        return self.header_bytes + sum(self.section_bytes) + 3 * 32
+
+# %% ../nbs/08_sidecar.ipynb #c6e4f93b
+def save_delta(path,  # e.g. ckpt/step_000200.ngdelta
+               d: TableDelta,  # the rows touched since the base, from `NgramTables.delta`
+               train_step: int,  # the training step of the checkpoint it pairs with
+               base: dict,  # the base file's {"train_step", "table_step", "id"} (`table_file_id`)
+              ) -> Path:
+    "Write a delta atomically: its header names the base by id and steps, each section checksummed."
+    n, rows = len(d.orders), d.rows.numel()
+    if not (0 <= base["train_step"] < train_step and base["table_step"] <= d.table_step and len(base["id"]) == 32):
+        raise ValueError(f"save_delta: base {base} cannot precede train_step={train_step}, table_step={d.table_step}")
+    h = _DFIXED.pack(DELTA_MAGIC, DELTA_VERSION, n, d.slots, d.dim, base["train_step"], train_step,
+                     base["table_step"], d.table_step, rows)
+    h += struct.pack(f"<{n}I", *d.orders) + base["id"].encode("ascii")
+    h += hashlib.sha256(h).digest()
+    def write(f):
+        f.write(h)
+        for t, dg in ((d.rows, 0), (d.weight, d.digest[0]), (d.momentum, d.digest[1])):
+            hx = xxhash.xxh3_64()
+            mvs = [memoryview(t.numpy().astype("<i8")).cast("B")] if t.dtype == torch.int64 else tensor_chunks(t)
+            for mv in mvs:
+                hx.update(mv)
+                f.write(mv)
+            tail = struct.pack("<Q16x", dg)
+            hx.update(tail)
+            f.write(tail + struct.pack("<Q", hx.intdigest()))
+    atomic_write(path, write)
+    return Path(path)
+
+# %% ../nbs/08_sidecar.ipynb #57eb9d43
+def _read_delta_header(f, path) -> DeltaHeader:
+    "The delta header at `f`'s position, verified; `SidecarError` (magic, header) naming what is wrong."
+    raw = f.read(_DFIXED.size)
+    if len(raw) < 8 or raw[:8] != DELTA_MAGIC:
+        raise SidecarError(path, "magic", f"expected {DELTA_MAGIC!r}, got {raw[:8]!r} (not a table delta)")
+    if len(raw) < _DFIXED.size:
+        raise SidecarError(path, "header", f"truncated: {len(raw)} of {_DFIXED.size} fixed header bytes")
+    _, version, n, slots, dim, bstep, step, btab, tab, rows = _DFIXED.unpack(raw)
+    if version != DELTA_VERSION:
+        raise SidecarError(path, "header", f"unknown delta version {version} (this dormouse reads {DELTA_VERSION})")
+    if not 0 <= n <= _MAX_ORDERS:
+        raise SidecarError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
+    rest = f.read(4 * n + 64)
+    if len(rest) < 4 * n + 64:
+        raise SidecarError(path, "header", f"truncated: {len(rest)} of {4 * n + 64} bytes after the fixed header")
+    if hashlib.sha256(raw + rest[:4 * n + 32]).digest() != rest[4 * n + 32:]:
+        raise SidecarError(path, "header", "checksum mismatch (corrupt header)")
+    if not (bstep < step and btab <= tab):
+        raise SidecarError(path, "header", f"base steps ({bstep}, {btab}) do not precede ({step}, {tab})")
+    orders = list(struct.unpack(f"<{n}I", rest[:4 * n]))
+    base_id = rest[4 * n:4 * n + 32].decode("ascii", "replace")
+    return DeltaHeader(orders, slots, dim, bstep, step, btab, tab, rows, base_id, len(raw) + len(rest))
+
+def read_table_header(path) -> SidecarHeader | DeltaHeader:
+    "The verified header of a full sidecar or a delta, by its magic, without reading the payload."
+    with open(path, "rb") as f:
+        magic = f.read(8)
+        f.seek(0)
+        return _read_delta_header(f, path) if magic == DELTA_MAGIC else _read_header(f, path)
+
+# %% ../nbs/08_sidecar.ipynb #a7e90328
+def load_delta(path) -> tuple:
+    "(TableDelta, DeltaHeader) of a verified delta file; every failure is a `SidecarError` naming the section."
+    with open(path, "rb") as f:
+        hd = _read_delta_header(f, path)
+        data = f.read()
+    if len(data) != hd.file_bytes - hd.header_bytes:
+        raise SidecarError(path, "file", f"{hd.header_bytes + len(data)} bytes, the header says {hd.file_bytes}")
+    secs, pos = [], 0
+    for name, n in zip(("rows", "weight", "momentum"), hd.section_bytes):
+        hx = xxhash.xxh3_64(data[pos:pos + n])
+        secs.append((data[pos:pos + n], _check_trailer(path, name, 2, hx, data[pos + n:pos + n + 32])))
+        pos += n + 32
+    rows = np.frombuffer(secs[0][0], dtype="<i8").astype(np.int64)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= len(hd.orders) * hd.slots or (np.diff(rows) <= 0).any()):
+        raise SidecarError(path, "rows", "row numbers are not sorted, unique and inside the tables")
+    w, m = (torch.from_numpy(np.frombuffer(b, dtype="<f4").astype(np.float32).reshape(-1, hd.dim))
+            for b, _ in secs[1:])
+    d = TableDelta(hd.orders, hd.slots, hd.dim, hd.table_step, torch.from_numpy(rows), w, m, (secs[1][1], secs[2][1]))
+    return d, hd
+
+def table_file_id(path) -> str:
+    "The id of a full sidecar or delta: sha256 of its stored checksums (header, each trailer); a few small reads."
+    hd = read_table_header(path)
+    if Path(path).stat().st_size != hd.file_bytes:
+        raise SidecarError(path, "file", f"{Path(path).stat().st_size} bytes, its header says {hd.file_bytes}")
+    secs = hd.section_bytes if isinstance(hd, DeltaHeader) else (hd.section_bytes, hd.section_bytes)
+    offs, end = [hd.header_bytes - 32], hd.header_bytes
+    for n in secs:
+        end += n + 32
+        offs.append(end - 32)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for off in offs:
+            h.update(os.pread(f.fileno(), 32, off))
+    return h.hexdigest()[:32]
+
+# %% ../nbs/08_sidecar.ipynb #34550ad3
+def _check_link(path, hd: DeltaHeader, prev, tables: NgramTables, step: int) -> None:
+    "`SidecarError` (chain) unless the delta `hd` applies to `prev`, the file just loaded into `tables` at `step`."
+    if (hd.orders, hd.slots, hd.dim) != (tables.orders, tables.slots, tables.dim):
+        raise SidecarError(path, "chain", f"rows of orders={hd.orders} slots={hd.slots} dim={hd.dim}, but its base "
+                           f"{Path(prev).name} holds {tables!r}")
+    if (hd.base_train_step, hd.base_table_step) != (step, tables.table_step):
+        raise SidecarError(path, "chain", f"its base is at train_step {hd.base_train_step}, table_step "
+                           f"{hd.base_table_step}, but {Path(prev).name} is at {step}, {tables.table_step}")
+    if hd.base_id != table_file_id(prev):
+        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {Path(prev).name} "
+                           f"({table_file_id(prev)[:12]}): a delta of another file (replaced, or another run's)")
+
+def load_chain(paths,  # [full sidecar, delta, ...], oldest first (`dormouse.checkpoints.table_chain`)
+               lr: float = 0.05,  # the run's ngram_lr (config, not stored)
+               momentum: float = 0.9,  # the run's ngram_momentum (config, not stored)
+               expect_train_step: int | None = None,  # refuse a chain ending at another training step
+              ) -> tuple:  # (NgramTables, train_step, table_step)
+    "Load a full sidecar and apply its deltas in order, each link checked; a `SidecarError` names the bad file."
+    tables, step, _ = load_sidecar(paths[0], lr=lr, momentum=momentum)
+    for prev, path in zip(paths, paths[1:]):
+        d, hd = load_delta(path)
+        _check_link(path, hd, prev, tables, step)
+        got = tables.apply(d)
+        if tuple(got) != tuple(d.digest):
+            raise SidecarError(path, "chain", f"applied to {Path(prev).name} its rows give the digests {got[0]:016x} "
+                               f"{got[1]:016x}, it records {d.digest[0]:016x} {d.digest[1]:016x}: not a delta of that "
+                               "base")
+        step = hd.train_step
+    if expect_train_step is not None and step != expect_train_step:
+        raise SidecarError(paths[-1], "train_step", f"the chain ends at train_step {step}, the checkpoint is at "
+                           f"step {expect_train_step}")
+    return tables, step, tables.table_step

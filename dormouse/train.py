@@ -4,7 +4,7 @@
 
 # %% ../nbs/22_train.ipynb #bbe75834
 from __future__ import annotations
-import contextlib, dataclasses, datetime, os, signal, threading, time
+import contextlib, dataclasses, datetime, functools, os, signal, threading, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
@@ -69,13 +69,15 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
     check_drift(snapshot, cfg, where=str(paths.config))
     old, new = flatten(snapshot), flatten(cfg_to_dict(cfg))
     seg_row["progress_changes"] = {k: [old.get(k), new[k]] for k in sorted(PROGRESS_KEYS) if old.get(k) != new[k]}
-    found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device, cfg=cfg)
+    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
+    pinned = functools.partial(check_pin, cfg=cfg, run_id=run_id, log=lambda m: None)  # logged once, below
+    found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device, cfg=cfg,
+                        check=pinned)  # a container of another run or plan is refused before its tables load
     if found is None:
         raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
                           "resume from, and starting from step 0 would replace that history. Restore its checkpoints, "
                           "or start over in a new run_dir (or run without resume, which replaces the history).")
     ck, tables, ck_path = found
-    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
     pin = check_pin(ck, ck_path, cfg, run_id)  # another run: CheckpointError; another plan: DriftError
     if pin is not None:  # the run's identity is carried unchanged
         seg_row.update(run_id=pin["run_id"], run_started=pin["run_started"])

@@ -18,14 +18,20 @@ from dormouse.train import fit
 
 
 def failing_at(step, real):
-    "A sidecar writer that runs out of space at `step` and writes normally otherwise."
+    "A tables-file writer (full sidecar or delta) that runs out of space at `step` and writes normally otherwise."
 
-    def write(path, tables, train_step):
+    def write(path, tables, train_step, *base):
         if train_step == step:
             raise OSError(28, "No space left on device", str(path))
-        return real(path, tables, train_step)
+        return real(path, tables, train_step, *base)
 
     return write
+
+
+def fail_tables_at(monkeypatch, step):
+    "Both tables writers run out of space at `step` (which one a checkpoint calls is the committer's choice)."
+    for name in ("save_sidecar", "save_delta"):
+        monkeypatch.setattr(ckpts, name, failing_at(step, getattr(ckpts, name)))
 
 
 def ckpt_files(run):
@@ -33,7 +39,7 @@ def ckpt_files(run):
 
 
 def test_commit_error_surfaces_at_the_next_step_boundary(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckpts, "save_sidecar", failing_at(12, ckpts.save_sidecar))
+    fail_tables_at(monkeypatch, 12)
     cfg = tiny_cfg(steps=30, ckpt_every=6, keep_ckpts=5)
     with pytest.raises(CommitError, match=r"step_000012\.dmck was not committed: OSError.*No space left") as ei:
         fit(cfg, tmp_path / "run", progress=False)
@@ -47,7 +53,7 @@ def test_commit_error_surfaces_at_the_next_step_boundary(tmp_path, monkeypatch):
 
 
 def test_commit_error_of_the_last_checkpoint_surfaces_at_close(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckpts, "save_sidecar", failing_at(12, ckpts.save_sidecar))
+    fail_tables_at(monkeypatch, 12)
     with pytest.raises(CommitError, match=r"step_000012\.dmck was not committed"):
         fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
     assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngram"]
@@ -72,19 +78,21 @@ def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch
 def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
     cfg = tiny_cfg(steps=16, ckpt_every=4, keep_ckpts=100, aux=True, stress=True, stress_k=1.5)
     fit(cfg, tmp_path / "sync", progress=False, ckpt_background=False)
-    real = ckpts.save_sidecar
+    def slow(real):
+        def write(path, tables, train_step, *base):
+            time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
+            return real(path, tables, train_step, *base)
+        return write
 
-    def slow_sidecar(path, tables, train_step):
-        time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
-        return real(path, tables, train_step)
-
-    monkeypatch.setattr(ckpts, "save_sidecar", slow_sidecar)
+    for name in ("save_sidecar", "save_delta"):
+        monkeypatch.setattr(ckpts, name, slow(getattr(ckpts, name)))
     fit(cfg, tmp_path / "bg", progress=False)
     names = ckpt_files(tmp_path / "sync")
     assert names == ckpt_files(tmp_path / "bg") and len(names) == 8, names
+    assert [n.split(".")[1] for n in names[1::2]] == ["ngram", "ngdelta", "ngdelta", "ngdelta"], names
     for n in names:
         a, b = RunPaths(tmp_path / "sync").ckpt_dir / n, RunPaths(tmp_path / "bg").ckpt_dir / n
-        if n.endswith(".ngram"):
+        if not n.endswith(".dmck"):
             assert a.read_bytes() == b.read_bytes(), f"{n} differs between the synchronous and the background commit"
             continue
         ca, cb = load_ckpt(a), load_ckpt(b)  # two runs of one plan: the same state, different run ids in the pin

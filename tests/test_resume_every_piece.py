@@ -43,7 +43,8 @@ def test_a_final_save_off_the_cadence_writes_its_sidecar_and_extending_it_is_the
     run = tmp_path / "run"
     fit(dataclasses.replace(CFG, steps=6), run, progress=False)  # 6 is not a multiple of ckpt_every
     ckpt = RunPaths(run).ckpt_dir
-    assert (ckpt / "step_000006.dmck").exists() and (ckpt / "step_000006.ngram").exists()
+    assert (ckpt / "step_000006.dmck").exists()
+    assert (ckpt / "step_000006.ngram").exists() or (ckpt / "step_000006.ngdelta").exists()
     fit(CFG, run, resume=True, progress=False)
     assert_same_run(ref, run)
 

@@ -62,6 +62,7 @@ FINAL = f"{RESUME}::test_a_final_save_off_the_cadence_writes_its_sidecar_and_ext
 CRASH = f"{RESUME}::test_a_crash_after_a_checkpoint_resumes_as_the_same_run"
 UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
+DELTAS = "tests/test_table_deltas.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -269,7 +270,7 @@ MUTANTS = [
         [
             edit(
                 "checkpoints.py",
-                "(m and int(m[1]) not in kept and int(m[1]) < newest)",
+                "(m and int(m[1]) not in kept and int(m[1]) < newest and p.name not in needed)",
                 "(m and (int(m[1]) not in kept or int(m[1]) == newest))",
             )
         ],
@@ -397,6 +398,44 @@ MUTANTS = [
         "ranks that diverged go on training",
         [edit("dist.py", "    if di.world == 1:\n        return\n    mine", "    return\n    mine")],
         [f"{UNITS}::test_ranks_whose_fingerprints_differ_are_a_hard_error"],
+    ),
+    # table deltas (issue 15 item 3)
+    Mutant(
+        "delta_misses_touched_rows",
+        "a delta leaves out the rows the steps wrote: a resume from it loads stale tables",
+        [edit("ngram.py", "            self.parts.append(rows.cpu())", "            pass")],
+        [f"{DELTAS}::test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run[12]"],
+    ),
+    Mutant(
+        "rotation_deletes_a_chains_files",
+        "rotation deletes the full sidecar and deltas a kept checkpoint reads",
+        [edit("checkpoints.py", "int(m[1]) < newest and p.name not in needed)", "int(m[1]) < newest)")],
+        [f"{DELTAS}::test_rotation_keeps_every_file_a_kept_checkpoint_reads"],
+    ),
+    Mutant(
+        "no_compaction",
+        "deltas chain forever: a resume replays every checkpoint since the start",
+        [edit("commit.py", "if rows is None or self.base is None or self.deltas >= FULL_EVERY - 1:",
+              "if rows is None or self.base is None:")],
+        [f"{DELTAS}::test_a_full_sidecar_then_deltas_then_a_full_one_again"],
+    ),
+    Mutant(
+        "delta_digest_not_checked",
+        "a delta applied to another base with the same steps and id loads silently wrong tables",
+        [edit("sidecar.py", "        if tuple(got) != tuple(d.digest):", "        if False:")],
+        [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
+    ),
+    Mutant(
+        "delta_base_id_not_checked",
+        "a delta names its base by id, and nothing compares it",
+        [edit("sidecar.py", "    if hd.base_id != table_file_id(prev):", "    if False:")],
+        [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
+    ),
+    Mutant(
+        "foreign_checkpoint_skipped_not_refused",
+        "rule 1: another run's checkpoint whose chain does not load is skipped, and the run resumes quietly",
+        [edit("train.py", "check=pinned)", "check=None)")],
+        ["tests/test_pinned_plan.py::test_another_runs_checkpoint_is_refused_naming_what_differs"],
     ),
 ]
 

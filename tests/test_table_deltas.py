@@ -1,0 +1,127 @@
+"""Table deltas (issue 15 item 3): a checkpoint writes only the n-gram rows touched since the previous one, chained by
+id to a full sidecar written every FULL_EVERY checkpoints. A resume from any checkpoint of the chain is the same run;
+rotation keeps every file a kept checkpoint reads; a torn or missing delta is skipped loudly and the checkpoint before
+it used; a delta applied to another base is refused by its digest; `dormouse inspect` lists the chain."""
+
+import shutil
+
+import pytest
+import torch
+
+from dormouse.checkpoints import list_ckpts, sidecar_id, table_chain
+from dormouse.cli import main
+from dormouse.commit import FULL_EVERY
+from dormouse.ngram import NgramTables
+from dormouse.rng import keyed_randint
+from dormouse.rundir import RunPaths
+from dormouse.sidecar import SidecarError, load_chain, save_delta, save_sidecar
+from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.train import fit
+
+CFG = tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=100)  # ten checkpoints: a chain and more
+
+
+def kinds(run) -> dict:
+    "{step: 'ngram' | 'ngdelta'} of a run's tables files."
+    return {int(p.stem.split("_")[1]): p.suffix[1:] for p in RunPaths(run).ckpt_dir.iterdir() if p.suffix != ".dmck"}
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory):
+    run = tmp_path_factory.mktemp("deltas") / "ref"
+    fit(CFG, run, progress=False)
+    return run
+
+
+def _stopped_at(ref, dst, step):
+    "A copy of `ref` as if it had been killed right after its checkpoint at `step` (later rows kept)."
+    shutil.copytree(ref, dst)
+    for p in RunPaths(dst).ckpt_dir.iterdir():
+        if int(p.stem.split("_")[1]) > step:
+            p.unlink()
+    return dst
+
+
+def test_a_full_sidecar_then_deltas_then_a_full_one_again(ref):
+    want = {3: "ngram", 27: "ngram"} | {s: "ngdelta" for s in range(6, 25, 3)} | {30: "ngdelta"}
+    assert kinds(ref) == want
+    assert FULL_EVERY == 8  # the docs' diagram and this table assume it
+    chains = {s: len(table_chain(p.with_suffix(f".{want[s]}"))) for s, p in list_ckpts(RunPaths(ref).ckpt_dir)}
+    assert max(chains.values()) == FULL_EVERY and chains[27] == 1 and chains[30] == 2, chains  # compaction
+
+
+@pytest.mark.parametrize("step", [12, 24, 27])
+def test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run(ref, tmp_path, step):
+    run = _stopped_at(ref, tmp_path / "run", step)
+    fit(CFG, run, resume=True, progress=False)
+    assert_same_run(ref, run)
+    assert kinds(run)[step + 3] == "ngram"  # a segment's first checkpoint is a full sidecar: nothing to chain to
+
+
+def test_rotation_keeps_every_file_a_kept_checkpoint_reads(ref, tmp_path):
+    run = tmp_path / "run"
+    fit(tiny_cfg(steps=24, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, progress=False)
+    names = sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir())
+    chain = [f"step_{s:06d}.ngdelta" for s in range(6, 25, 3)]
+    assert names == sorted(["step_000003.ngram", "step_000024.dmck"] + chain)
+    fit(tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, resume=True, progress=False)
+    assert sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir()) == ["step_000027.ngram", "step_000030.dmck",
+                                                                        "step_000030.ngdelta"]
+    assert_same_run(ref, run)
+
+
+@pytest.mark.parametrize("damage, resumed_at", [("torn", 21), ("missing", 21), ("base_missing", 9)])
+def test_a_torn_or_missing_delta_is_skipped_loudly_and_the_run_is_the_same(ref, tmp_path, capsys, damage, resumed_at):
+    run = _stopped_at(ref, tmp_path / "run", 24)
+    d = RunPaths(run).ckpt_dir
+    if damage == "torn":
+        p = d / "step_000024.ngdelta"
+        p.write_bytes(p.read_bytes()[:-5])
+    elif damage == "missing":
+        (d / "step_000024.ngdelta").unlink()
+    else:  # a delta in the middle of the chain: every checkpoint from 12 on reads it
+        (d / "step_000012.ngdelta").unlink()
+    capsys.readouterr()
+    fit(CFG, run, resume=True, progress=False)
+    out = capsys.readouterr().out
+    assert "WARNING: skipping step_000024.dmck" in out and f"at step {resumed_at} from" in out, out
+    if damage == "base_missing":
+        assert "step_000012.ngram/.ngdelta (train_step 12) is missing" in out, out
+    assert_same_run(ref, run)
+
+
+def _stepped(tables, seed, n):
+    "n keyed steps of `tables`."
+    for s in range(n):
+        x = torch.from_numpy(keyed_randint(seed, s, 7, 0, 255, 64).reshape(4, 16).astype("int64"))
+        (tables.lookup(x) - 1.0).square().sum().backward()
+        tables.step()
+
+
+def test_a_delta_applied_to_another_base_is_refused_by_its_digest(tmp_path):
+    base, other = NgramTables([2, 3], 256, 4), NgramTables([2, 3], 256, 4)
+    _stepped(base, 1, 3)
+    _stepped(other, 2, 3)
+    full = save_sidecar(tmp_path / "step_000003.ngram", base, 3)
+    base.take_touched()
+    _stepped(base, 3, 2)
+    delta = base.delta(base.take_touched())
+    good = save_delta(tmp_path / "step_000005.ngdelta", delta, 5, sidecar_id(full))
+    tables, step, _ = load_chain([full, good])
+    assert torch.equal(tables.weight, base.weight) and torch.equal(tables.momentum, base.momentum) and step == 5
+    # another base with the same steps, and a delta that names it: every header check passes, the digest cannot
+    wrong = save_sidecar(tmp_path / "other.ngram", other, 3)
+    forged = save_delta(tmp_path / "forged.ngdelta", delta, 5, sidecar_id(wrong))
+    with pytest.raises(SidecarError, match="not a delta of that base"):
+        load_chain([wrong, forged])
+    with pytest.raises(SidecarError, match="a delta of another file"):
+        load_chain([wrong, good])
+
+
+def test_inspect_lists_the_chain(ref, capsys):
+    rc = main(["inspect", str(RunPaths(ref).ckpt_dir / "step_000012.dmck")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    chain = out.split("oldest first):\n")[1].splitlines()[:4]
+    assert [ln.split()[0] for ln in chain] == ["step_000003.ngram", "step_000006.ngdelta", "step_000009.ngdelta",
+                                               "step_000012.ngdelta"], out
