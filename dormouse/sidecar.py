@@ -231,7 +231,8 @@ def verify_sidecar(path) -> SidecarHeader:
 # %% ../nbs/08_sidecar.ipynb #32a8d3c0
 DELTA_MAGIC = b"DMNGDLT\x00"
 DELTA_VERSION = 1
-_DFIXED = struct.Struct("<8sIIQQQQQQQ")  # magic, version, n_orders, slots, dim, base/train step, base/table step, n_rows
+# magic, version, n_orders, slots, dim, base_train_step, train_step, base_table_step, table_step, n_rows
+_DFIXED = struct.Struct("<8sIIQQQQQQQ")
 
 @dataclass
 class DeltaHeader:
