@@ -12,15 +12,18 @@ Measured, and printed as ratios (PASS/FAIL against the issue's targets; exit sta
   `--log-every` table steps on the trainer's own batches, alternating small and big, median of the paired ratios.
   The tables' part is their kept digest (`NgramTables.digest`), so the cost follows the rows touched, not the slots;
   the old cost (hashing every table byte) is printed once for the big tables as the reference.
-- bytes written per checkpoint / full state size: container + sidecar bytes of one `save_run_ckpt`, over the bytes
-  of every tensor of the run state. Today every checkpoint writes everything (table deltas are not built): ~1.0.
-- resume / torch.load: `load_run_ckpt` (container + sidecar, every byte checksummed; the tables' stored digest taken,
-  rows hashed at first touch) over `torch.load(weights_only=True)` of a `torch.save` of the same tensors (which
-  verifies nothing); after an fsync of both, alternating, best of `--load-rounds`, each file read through once just
-  before its load (at 2^22 the two files are 13 GB: they do not both stay in the page cache of a 24 GB machine).
-- the synchronous checkpoint save (`save_run_ckpt`: sidecar, container, fsyncs, rotation) — the loop's stall per
-  checkpoint today, since background checkpoints are not built: stall / synchronous save = 1.0.
-- peak extra memory during that save / state size (VmHWM reset through /proc/self/clear_refs, Linux).
+- a cycle of FULL_EVERY checkpoints of the big state through `dormouse.commit.Committer` (background commits, table
+  deltas), `--ckpt-every` table steps apart on the trainer's batches — what `fit` does at `ckpt_every=100`:
+  - loop stall per checkpoint / synchronous save: the time `submit` holds the loop (the snapshot: the rows touched
+    since the previous checkpoint; the cycle's full sidecar is compacted from the chain on disk in the background),
+    averaged over the cycle and for the full checkpoint alone, over one synchronous `save_run_ckpt` of the state;
+  - bytes written per checkpoint / full state size: container + tables file of each checkpoint, averaged over the
+    cycle (FULL_EVERY - 1 deltas on the synchronous save, then one compacted full sidecar);
+  - peak extra memory during the cycle / state size (VmHWM reset through /proc/self/clear_refs, Linux).
+- resume / torch.load: `load_run_ckpt` of the cycle's last checkpoint (the full sidecar and every delta of its chain
+  replayed, every byte checksummed, each delta's digest checked) over `torch.load(weights_only=True)` of a
+  `torch.save` of the same tensors (which verifies nothing); after an fsync of both, alternating, best of
+  `--load-rounds`, each file read through once just before its load.
 
 The I/O measurements at 2^big are single runs (6 GB each way); the load average is printed with them.
 Usage: .venv/bin/python bench/scale.py [--big 22] [--small 16] [--dim 64] [--repeats 15] [--dir DIR]
@@ -33,11 +36,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dormouse.checkpoints import load_run_ckpt, save_run_ckpt  # noqa: E402
+from dormouse.checkpoints import load_run_ckpt, save_run_ckpt, table_chain, tables_path  # noqa: E402
+from dormouse.commit import FULL_EVERY, Committer, start_tables  # noqa: E402
 from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
+from dormouse.container import load_ckpt  # noqa: E402
 from dormouse.data import load_corpus  # noqa: E402
 from dormouse.ngram import tensor_chunks  # noqa: E402
-from dormouse.sidecar import load_sidecar  # noqa: E402
 from dormouse.numerics import numeric_env  # noqa: E402
 from dormouse.parts import build_parts, state_fingerprint, to_run_state  # noqa: E402
 
@@ -101,6 +105,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=31, help="paired fingerprint measurements")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--load-rounds", type=int, default=2, help="alternating load rounds (best of)")
+    ap.add_argument("--ckpt-every", type=int, default=100, help="table steps between the cycle's checkpoints")
     ap.add_argument("--dir", default=None, help="where checkpoints are written (default: a temp dir in bench/out)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -137,21 +142,31 @@ def main(argv=None):
     t_full, full = timed(tb.full_digest)
     assert full == tb.digest(), "kept digest differs from a full recomputation"
 
-    # one checkpoint of the big state: synchronous save, bytes written, peak extra memory
+    # the big state: one synchronous save, then a cycle of FULL_EVERY background checkpoints with deltas
     base = Path(a.dir) if a.dir else ROOT / "bench" / "out"
     base.mkdir(parents=True, exist_ok=True)
     d = Path(tempfile.mkdtemp(dir=base))
     try:
         p = parts[big]
-        p.step = 100
-        state = to_run_state(p, env)
         nbytes = state_bytes(p)
+        p.step = 0  # the synchronous save is the chain's base: the cycle starts as a resume from it would
+        t_save, ck0 = timed(lambda: save_run_ckpt(d / "ckpt", to_run_state(p, env), p.tables, keep=2))
+        stalls, written, kinds = [], [], []
         rss0 = status_kb("VmRSS:")
         Path("/proc/self/clear_refs").write_text("5")
-        t_save, ck = timed(lambda: save_run_ckpt(d / "ckpt", state, p.tables, keep=2))
+        with Committer(d / "ckpt", 2, True, None, *start_tables(p.tables, (load_ckpt(ck0), ck0))) as commits:
+            for k in range(FULL_EVERY):
+                table_steps(p, pool, (a.repeats + 2 + k) * a.ckpt_every, a.ckpt_every)
+                p.step = (k + 1) * a.ckpt_every
+                stalls.append(timed(lambda: commits.submit(to_run_state(p, env), p.tables))[0])
+                ck = commits.wait()
+                tp = tables_path(ck, load_ckpt(ck))
+                written.append(ck.stat().st_size + tp.stat().st_size)
+                kinds.append(tp.suffix[1:])
         extra = (status_kb("VmHWM:") - rss0) * 1024
-        written = sum(f.stat().st_size for f in (d / "ckpt").iterdir())
+        chain = [q.name for q in table_chain(tp)]
         tpath = d / "state.pt"
+        state = to_run_state(p, env)
         obj = {
             "model": state.model,
             "optim": state.optim,
@@ -160,19 +175,17 @@ def main(argv=None):
         }
         t_tsave, _ = timed(lambda: torch.save(obj, tpath))
         digest = p.tables.digest()
-        obj = state = p = parts = tb = None  # free them (names closed over by the lambdas above: rebound, not deleted)
+        obj = state = p = parts = tb = commits = None  # free them (closed over by the lambdas above: rebound)
         gc.collect()
-        os.sync()  # no writeback of the two files competes with the reads
+        os.sync()  # no writeback of the files competes with the reads
         load_avg = os.getloadavg()
-        t_load, t_tload, t_sc = [], [], []
+        t_load, t_tload = [], []
         for _ in range(a.load_rounds):  # alternating; each file read once just before (12 GB do not fit both warm)
-            warm(ck, ck.with_suffix(".ngram"))
+            warm(ck, *(ck.parent / n for n in chain))
             dt, (ck2, tables2) = timed(lambda: load_run_ckpt(ck))
             t_load.append(dt)
-            assert tables2.digest() == digest
+            assert tables2.digest() == digest, "the replayed chain is not the live tables"
             del ck2, tables2
-            gc.collect()
-            t_sc.append(timed(lambda: load_sidecar(ck.with_suffix(".ngram")))[0])
             gc.collect()
             warm(tpath)
             dt, tl = timed(lambda: torch.load(tpath, weights_only=True))
@@ -201,29 +214,33 @@ def main(argv=None):
         f"  at 2^{big}: hashing every table byte (the old fingerprint's table part) {t_old * 1e3:.0f} ms; "
         f"a full digest recomputation {t_full * 1e3:.0f} ms (equal to the kept one)"
     )
+    full = kinds.index("ngram")
     print(
-        f"  checkpoint at 2^{big}: save_run_ckpt {t_save:.2f} s for {written / 1e9:.2f} GB "
-        f"({written / t_save / 1e9:.2f} GB/s); torch.save of the same tensors {t_tsave:.2f} s"
+        f"  checkpoint at 2^{big}: synchronous save_run_ckpt {t_save:.2f} s for {nbytes / 1e9:.2f} GB; torch.save of "
+        f"the same tensors {t_tsave:.2f} s"
     )
     print(
-        f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (every byte verified); "
+        f"  a cycle of {FULL_EVERY} background checkpoints, {a.ckpt_every} table steps apart: files "
+        f"{', '.join(kinds)}; loop stall {', '.join(f'{t * 1e3:.0f}' for t in stalls)} ms; written "
+        f"{', '.join(f'{w / 1e6:.0f}' for w in written)} MB"
+    )
+    print(
+        f"  resume at 2^{big}: load_run_ckpt {t_load:.2f} s (chain {' + '.join(chain)}, every byte verified); "
         f"torch.load(weights_only=True) {t_tload:.2f} s (verifies nothing); best of {a.load_rounds}, alternating, "
-        f"files warm; "
-        f"of which the sidecar alone {min(t_sc):.2f} s"
+        "files warm"
     )
-    rows = [  # (what, ratio, target, built this session)
-        (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10, True),
-        ("loop stall per checkpoint / synchronous save (no background save yet)", 1.0, 0.25, False),
-        ("bytes written per checkpoint / full state size (no table deltas yet)", written / nbytes, 0.20, False),
-        ("resume (load_run_ckpt) / torch.load(weights_only=True)", t_load / t_tload, 0.70, True),
-        ("peak extra memory during the checkpoint / state size", max(0, extra) / nbytes, 1.00, True),
+    rows = [  # (what, ratio, target)
+        (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10),
+        ("loop stall per checkpoint / synchronous save (cycle mean)", statistics.mean(stalls) / t_save, 0.25),
+        ("loop stall of the cycle's full-sidecar checkpoint / synchronous save", stalls[full] / t_save, 0.25),
+        (f"bytes written per checkpoint / full state size (cycle mean, ckpt_every={a.ckpt_every})",
+         statistics.mean(written) / nbytes, 0.20),
+        ("resume (load_run_ckpt of a full chain) / torch.load(weights_only=True)", t_load / t_tload, 0.70),
+        ("peak extra memory during the cycle / state size", max(0, extra) / nbytes, 1.00),
     ]
     print()
-    for what, r, tgt, built in rows:
-        ok = r <= tgt
-        tail = "" if built else "   (not built this session)"
-        print(f"  {'PASS' if ok else 'FAIL'}  {what:<72} {r:6.2f}x  (target <= {tgt:.2f}x){tail}")
-    print(f"  synchronous checkpoint save (the loop's stall per checkpoint today): {t_save:.2f} s at 2^{big} slots")
+    for what, r, tgt in rows:
+        print(f"  {'PASS' if r <= tgt else 'FAIL'}  {what:<78} {r:6.2f}x  (target <= {tgt:.2f}x)")
     return 0
 
 

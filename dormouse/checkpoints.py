@@ -13,8 +13,8 @@ from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
 from .ngram import TableDelta
-from .sidecar import (DeltaHeader, SidecarError, load_chain, load_delta, read_table_header, save_delta,
-                              save_sidecar, table_file_id, verify_sidecar)
+from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, load_chain, load_delta, read_table_header,
+                              save_compacted, save_delta, save_sidecar, table_file_id, verify_sidecar)
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'tables_path', 'table_chain', 'plan_sha256', 'new_run_id',
@@ -66,10 +66,10 @@ def tables_path(path, ck: Checkpoint) -> Path:
                 path.with_suffix(".ngram"))
 
 def table_chain(table_path) -> list:
-    "[full sidecar, delta, ...] ending at `table_path`, walked back through each delta's base."
+    "[full sidecar, delta, ...] ending at `table_path`, walked back through each delta's base (to zero tables)."
     chain = [Path(table_path)]
     hd = read_table_header(chain[0])
-    while isinstance(hd, DeltaHeader):  # base steps strictly decrease (checked with the header): this ends
+    while isinstance(hd, DeltaHeader) and hd.base_id != ZERO_BASE["id"]:  # base steps strictly decrease: this ends
         chain.insert(0, _base_file(chain[0], hd))
         hd = read_table_header(chain[0])
     return chain
@@ -186,6 +186,7 @@ def save_run_ckpt(ckpt_dir, state: RunState,
                   keep: int = 3,  # complete pairs to keep
                   pin: dict | None = None,  # `make_pin`: recorded in the container; its corpus stamp is checked first
                   base: dict | None = None,  # with a TableDelta: `sidecar_id` of the previous checkpoint's tables file
+                  compact: bool = False,  # with a TableDelta: write its base's chain with it applied, as a full sidecar
                  ) -> Path:
     "Corpus check, tables file, then the container (the commit point), then rotation keeping the last `keep` pairs."
     if keep < 1:
@@ -200,9 +201,13 @@ def save_run_ckpt(ckpt_dir, state: RunState,
                              f"{tables.table_step}")
         if isinstance(tables, TableDelta) and base is None:
             raise ValueError("save_run_ckpt: a table delta needs `base`, the tables file it applies to")
-        out = d / f"{name}{'.ngdelta' if isinstance(tables, TableDelta) else '.ngram'}"
-        sc = sidecar_id(save_delta(out, tables, state.step, base) if isinstance(tables, TableDelta)
-                        else save_sidecar(out, tables, state.step))
+        if not isinstance(tables, TableDelta):
+            sc = sidecar_id(save_sidecar(d / f"{name}.ngram", tables, state.step))
+        elif compact:
+            chain = table_chain(d / base["file"]) if base["file"] else []  # the base file's chain, or zero tables
+            sc = sidecar_id(save_compacted(d / f"{name}.ngram", chain, tables, state.step))
+        else:
+            sc = sidecar_id(save_delta(d / f"{name}.ngdelta", tables, state.step, base))
     p = save_v3(d / f"{name}.dmck", state, sc, pin)
     _rotate(d, keep, p)
     return p
@@ -333,12 +338,18 @@ def check_pin(ck: Checkpoint,  # the checkpoint a resume found
 # %% ../nbs/13_checkpoints.ipynb #3619284b
 def _chain_lines(chain: list) -> list:
     "One line per file of a tables chain, oldest first, each verified; the first bad file raises `SidecarError`."
-    hd = verify_sidecar(chain[0])
-    out = [f"  {chain[0].name}  full, train_step {hd.train_step}, table_step {hd.table_step}: checksums ok"]
-    for prev, q in zip(chain, chain[1:]):
-        ph, (_, dh) = read_table_header(prev), load_delta(q)
-        if (dh.base_id, dh.base_train_step, dh.base_table_step) != (table_file_id(prev), ph.train_step, ph.table_step):
-            raise SidecarError(q, "chain", f"its base is not {prev.name} (the id or the steps differ)")
+    if isinstance(read_table_header(chain[0]), DeltaHeader):  # a fresh run's chain: it starts on zero tables
+        out, links = ["  (zero tables: a fresh run's start)"], zip([None] + chain, chain)
+    else:
+        hd = verify_sidecar(chain[0])
+        out = [f"  {chain[0].name}  full, train_step {hd.train_step}, table_step {hd.table_step}: checksums ok"]
+        links = zip(chain, chain[1:])
+    for prev, q in links:
+        _, dh = load_delta(q)
+        ph = ZERO_BASE if prev is None else vars(read_table_header(prev)) | {"id": table_file_id(prev)}
+        if (dh.base_id, dh.base_train_step, dh.base_table_step) != (ph["id"], ph["train_step"], ph["table_step"]):
+            base = "zero tables" if prev is None else prev.name
+            raise SidecarError(q, "chain", f"its base is not {base} (the id or the steps differ)")
         out.append(f"  {q.name}  delta of {dh.n_rows:,} rows, train_step {dh.train_step}, table_step "
                    f"{dh.table_step}: checksums and link ok")
     return out
@@ -357,7 +368,8 @@ def _sidecar_line(path: Path, ck: Checkpoint) -> tuple:
         ok = hd.train_step == ck.step and paired  # a legacy container pairs by table step (see `load_run_ckpt`)
         head = (f"sidecar: {sp.name} train_step {hd.train_step}, table_step {hd.table_step}: "
                 f"{'matches' if ok else 'DOES NOT MATCH'}")
-        return "\n".join([head] + (["chain (a resume replays it, oldest first):", *body] if len(chain) > 1 else [])), ok
+        chained = len(chain) > 1 or isinstance(hd, DeltaHeader)
+        return "\n".join([head] + (["chain (a resume replays it, oldest first):", *body] if chained else [])), ok
     except Exception as e:  # describe reports; it never raises on a bad file
         return f"sidecar: {sp.name} DAMAGED: {e}", False
 

@@ -8,12 +8,13 @@ import copy, warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import torch
-from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id
+from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id, table_chain, tables_path
 from .container import RunState
-from .ngram import NgramTables, TableDelta
+from .ngram import NgramTables
+from .sidecar import ZERO_BASE
 
 # %% auto #0
-__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer']
+__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer', 'start_tables']
 
 # %% ../nbs/14_commit.ipynb #bgc0ex01
 def _copy_tree(v, old=None):
@@ -63,14 +64,15 @@ class _CommitQueue:
                  keep: int = 3,  # complete pairs rotation keeps
                  background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
                  pin: dict | None = None,  # `make_pin`: recorded in every container; its corpus stamp checked
+                 base: dict | None = None,  # the tables file the first delta applies to (`start_tables`); None: none
+                 deltas: int = 0,  # deltas in `base`'s chain since its full sidecar (or zero tables)
                 ):
         self.dir, self.keep, self.background, self.pin = Path(ckpt_dir), keep, background, pin
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
-        self.pending = None  # (container path, Future, snapshot) of the commit in flight
+        self.pending = None  # (container path, Future, snapshot, tables file suffix) of the commit in flight
         self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
         self.committed = None  # the newest container this committer committed
-        self.base = None  # `sidecar_id` of the newest committed tables file: the next delta's base
-        self.deltas = 0  # deltas committed since the last full sidecar
+        self.base, self.deltas = base, deltas  # the newest committed tables file (the next delta's base), its chain
 
     def check(self) -> None:
         "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
@@ -80,35 +82,34 @@ class _CommitQueue:
     def wait(self) -> Path | None:
         "Block until the pending commit is on disk (raising its `CommitError`); the newest committed container."
         if self.pending is not None:
-            path, fut, snap = self.pending
+            path, fut, snap, suffix = self.pending
             err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
             self.pending, self.spare = None, (snap[0], snap[1] if isinstance(snap[1], NgramTables) else self.spare[1])
             if err is not None:
                 raise CommitError(path, err) from err
             self.committed = fut.result()
-            self._note_tables(snap[1])
+            self._note_tables(suffix)
         return self.committed
 
-    def _note_tables(self, tables) -> None:
-        "After a commit: the tables file it wrote is the next delta's base."
-        if tables is not None:
-            delta = isinstance(tables, TableDelta)
-            self.base = sidecar_id(self.committed.with_suffix(".ngdelta" if delta else ".ngram"))
-            self.deltas = self.deltas + 1 if delta else 0
+    def _note_tables(self, suffix: str | None) -> None:
+        "After a commit: the tables file it wrote (`suffix`: .ngram, .ngdelta, None) is the next delta's base."
+        if suffix is not None:
+            self.base = sidecar_id(self.committed.with_suffix(suffix))
+            self.deltas = self.deltas + 1 if suffix == ".ngdelta" else 0
 
 # %% ../nbs/14_commit.ipynb #72d6e6a5
 FULL_EVERY = 8  # a full sidecar at least every 8th checkpoint: a resume replays at most 7 deltas
 
 class _TablePolicy(_CommitQueue):
-    "A committer that chooses, at each snapshot, between a table delta and a full sidecar."
-    def delta_rows(self, tables) -> torch.Tensor | None:
-        "The rows the next checkpoint writes as a delta, or None for a full sidecar; takes the touched rows."
+    "A committer that chooses, at each snapshot, what the checkpoint's tables file is and what the loop copies."
+    def plan(self, tables) -> tuple:
+        "(rows, compact): a delta of `rows`, written as a full sidecar when `compact`; rows None: copy all the tables."
         if tables is None:
-            return None
+            return None, False
         rows = tables.take_touched()  # taken at every checkpoint: the next delta counts from this one
-        if rows is None or self.base is None or self.deltas >= FULL_EVERY - 1:
-            return None
-        return rows if rows.numel() * (8 + 8 * tables.dim) < 8 * tables.weight.numel() else None
+        if rows is None or self.base is None or rows.numel() * (8 + 8 * tables.dim) >= 8 * tables.weight.numel():
+            return None, False
+        return rows, self.deltas >= FULL_EVERY - 1
 
 # %% ../nbs/14_commit.ipynb #4ad2228a
 class Committer(_TablePolicy):
@@ -118,19 +119,20 @@ class Committer(_TablePolicy):
         self.wait()
         check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
         path = self.dir / f"{ckpt_name(state.step)}.dmck"
-        rows = self.delta_rows(tables)
+        rows, compact = self.plan(tables)
+        suffix = None if tables is None else ".ngdelta" if rows is not None and not compact else ".ngram"
         if self.background:
             snap, tb = snapshot(state, tables, into=self.spare, rows=rows)
             self.spare = (None, None if rows is None else self.spare[1])  # a delta leaves the full copy unused
-            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin, self.base)
-            self.pending = (path, commit, (snap, tb))
+            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin, self.base, compact)
+            self.pending = (path, commit, (snap, tb), suffix)
             return
         tb = tables if rows is None else tables.delta(rows)
         try:
-            self.committed = save_run_ckpt(self.dir, state, tb, keep=self.keep, pin=self.pin, base=self.base)
+            self.committed = save_run_ckpt(self.dir, state, tb, self.keep, self.pin, self.base, compact)
         except Exception as e:
             raise CommitError(path, e) from e
-        self._note_tables(tb)
+        self._note_tables(suffix)
 
     def __enter__(self):
         return self
@@ -147,3 +149,18 @@ class Committer(_TablePolicy):
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
         return False
+
+# %% ../nbs/14_commit.ipynb #821c9eef
+def start_tables(tables,  # the segment's NgramTables (None: a run without tables)
+                 resumed: tuple | None = None,  # (Checkpoint, its path) the tables were loaded from; None: fresh
+                ) -> tuple:  # (base, deltas) for `Committer`
+    "Where a segment's first delta chains to: zero tables, the resumed tables file, or nothing (a full copy first)."
+    if tables is None:
+        return None, 0
+    rows = tables.take_touched()  # the touched rows count from here
+    if resumed is None:  # fresh: zero tables, if nothing has written them
+        return (ZERO_BASE, 0) if rows is not None and not rows.numel() and tables.table_step == 0 else (None, 0)
+    tp = tables_path(resumed[1], resumed[0])
+    if not tp.exists():  # a legacy container resumed without tables (the plan has none)
+        return None, 0
+    return sidecar_id(tp), sum(q.suffix == ".ngdelta" for q in table_chain(tp))

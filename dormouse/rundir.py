@@ -4,7 +4,7 @@
 
 # %% ../nbs/15_rundir.ipynb #4962e54c
 from __future__ import annotations
-import fcntl, json, os, shlex, sys
+import fcntl, json, os, shlex, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
@@ -127,8 +127,14 @@ def metrics_frame(run_dir) -> pd.DataFrame:
 # %% ../nbs/15_rundir.ipynb #fdf08b8a
 def _busy(f, path: Path) -> RunDirError:
     "The refusal when `path` is locked by another holder, naming it (the lock file records who); closes `f`."
-    f.seek(0)
-    holder = f.read().strip() or "a process that is just starting"
+    holder = ""
+    for _ in range(100):  # the holder writes its name just after taking the lock: give it up to a second
+        f.seek(0)
+        holder = f.read().strip()
+        if holder:
+            break
+        time.sleep(0.01)
+    holder = holder or "a process that is just starting"
     f.close()
     return RunDirError(f"{path.parent} is being written by another process ({holder}; it holds "
                        f"{path.name}): wait for it to finish or stop it, or use another directory")

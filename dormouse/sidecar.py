@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_sidecar.ipynb #f7f602a9
 from __future__ import annotations
-import hashlib, os, struct, sys
+import contextlib, hashlib, os, struct, sys
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -14,9 +14,9 @@ from .fsio import atomic_write
 from .ngram import CHUNK_BYTES, NgramTables, TableDelta, tensor_chunks, row_hashes
 
 # %% auto #0
-__all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'SidecarError', 'SidecarHeader', 'save_sidecar',
-           'read_sidecar_header', 'load_sidecar', 'verify_sidecar', 'DeltaHeader', 'save_delta', 'read_table_header',
-           'load_delta', 'table_file_id', 'load_chain']
+__all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'ZERO_BASE', 'SidecarError', 'SidecarHeader',
+           'save_sidecar', 'read_sidecar_header', 'load_sidecar', 'verify_sidecar', 'DeltaHeader', 'save_delta',
+           'read_table_header', 'load_delta', 'table_file_id', 'load_chain', 'save_compacted']
 
 # %% ../nbs/08_sidecar.ipynb #315b94a0
 SIDECAR_MAGIC = b"DMNGRAM\x00"
@@ -354,35 +354,103 @@ def table_file_id(path) -> str:
     return h.hexdigest()[:32]
 
 # %% ../nbs/08_sidecar.ipynb #34550ad3
+ZERO_BASE = {"file": None, "train_step": 0, "table_step": 0, "id": "0" * 32}  # a fresh run's tables: zeros, no file
+
 def _check_link(path, hd: DeltaHeader, prev, tables: NgramTables, step: int) -> None:
-    "`SidecarError` (chain) unless the delta `hd` applies to `prev`, the file just loaded into `tables` at `step`."
+    "`SidecarError` (chain) unless the delta `hd` applies to `prev` (None: zero tables), just loaded into `tables`."
+    base = "zero tables (a fresh run's start)" if prev is None else Path(prev).name
     if (hd.orders, hd.slots, hd.dim) != (tables.orders, tables.slots, tables.dim):
         raise SidecarError(path, "chain", f"rows of orders={hd.orders} slots={hd.slots} dim={hd.dim}, but its base "
-                           f"{Path(prev).name} holds {tables!r}")
+                           f"{base} holds {tables!r}")
     if (hd.base_train_step, hd.base_table_step) != (step, tables.table_step):
         raise SidecarError(path, "chain", f"its base is at train_step {hd.base_train_step}, table_step "
-                           f"{hd.base_table_step}, but {Path(prev).name} is at {step}, {tables.table_step}")
-    if hd.base_id != table_file_id(prev):
-        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {Path(prev).name} "
-                           f"({table_file_id(prev)[:12]}): a delta of another file (replaced, or another run's)")
+                           f"{hd.base_table_step}, but {base} is at {step}, {tables.table_step}")
+    want = ZERO_BASE["id"] if prev is None else table_file_id(prev)
+    if hd.base_id != want:
+        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {base} ({want[:12]}): a "
+                           "delta of another file (replaced, or another run's)")
 
-def load_chain(paths,  # [full sidecar, delta, ...], oldest first (`dormouse.checkpoints.table_chain`)
+def _chain_start(paths, lr: float, momentum: float) -> tuple:
+    "(tables, train_step, their file or None, the deltas to apply): a full sidecar loaded, or zero tables."
+    hd = read_table_header(paths[0])
+    if isinstance(hd, DeltaHeader):  # a chain that starts on a fresh run's zero tables
+        return NgramTables(hd.orders, hd.slots, hd.dim, lr, momentum), 0, None, list(paths)
+    tables, step, _ = load_sidecar(paths[0], lr=lr, momentum=momentum)
+    return tables, step, paths[0], list(paths[1:])
+
+# %% ../nbs/08_sidecar.ipynb #18af585f
+def load_chain(paths,  # [full sidecar or a first delta on zero tables, delta, ...], oldest first (`table_chain`)
                lr: float = 0.05,  # the run's ngram_lr (config, not stored)
                momentum: float = 0.9,  # the run's ngram_momentum (config, not stored)
                expect_train_step: int | None = None,  # refuse a chain ending at another training step
               ) -> tuple:  # (NgramTables, train_step, table_step)
-    "Load a full sidecar and apply its deltas in order, each link checked; a `SidecarError` names the bad file."
-    tables, step, _ = load_sidecar(paths[0], lr=lr, momentum=momentum)
-    for prev, path in zip(paths, paths[1:]):
+    "Load a full sidecar (or zero tables) and apply the deltas in order, each link checked; errors name the file."
+    tables, step, prev, deltas = _chain_start(paths, lr, momentum)
+    for path in deltas:
         d, hd = load_delta(path)
         _check_link(path, hd, prev, tables, step)
         got = tables.apply(d)
         if tuple(got) != tuple(d.digest):
-            raise SidecarError(path, "chain", f"applied to {Path(prev).name} its rows give the digests {got[0]:016x} "
+            base = "zero tables" if prev is None else Path(prev).name
+            raise SidecarError(path, "chain", f"applied to {base} its rows give the digests {got[0]:016x} "
                                f"{got[1]:016x}, it records {d.digest[0]:016x} {d.digest[1]:016x}: not a delta of that "
                                "base")
-        step = hd.train_step
+        step, prev = hd.train_step, path
     if expect_train_step is not None and step != expect_train_step:
         raise SidecarError(paths[-1], "train_step", f"the chain ends at train_step {step}, the checkpoint is at "
                            f"step {expect_train_step}")
     return tables, step, tables.table_step
+
+# %% ../nbs/08_sidecar.ipynb #f13d6e5c
+def _merged_rows(deltas: list) -> tuple:
+    "(rows, weight, momentum) of deltas applied in order: each row's last value, rows sorted."
+    rows = np.concatenate([d.rows.numpy() for d in deltas])
+    order = np.argsort(rows, kind="stable")
+    r = rows[order]
+    last = np.ones(len(r), dtype=bool)
+    last[:-1] = r[1:] != r[:-1]
+    pick = torch.from_numpy(order[last])
+    return r[last], torch.cat([d.weight for d in deltas])[pick], torch.cat([d.momentum for d in deltas])[pick]
+
+def _base_slices(src, path, n_rows: int, dim: int, rows_per: int, version: int, name: str):
+    "[r0, r1) and the base's rows of one section, in slices, checksum verified at its end; zeros without a base."
+    h = (hashlib.sha256() if version == 1 else xxhash.xxh3_64()) if src is not None else None
+    for r0 in range(0, n_rows, rows_per):
+        r1 = min(n_rows, r0 + rows_per)
+        buf = np.zeros((r1 - r0, dim), dtype="<f4")
+        if src is not None:
+            if src.readinto(memoryview(buf).cast("B")) != buf.nbytes:
+                raise SidecarError(path, name, "truncated while compacting")
+            h.update(memoryview(buf).cast("B"))
+        yield r0, r1, buf
+    if src is not None:
+        _check_trailer(path, name, version, h, src.read(32))
+
+# %% ../nbs/08_sidecar.ipynb #89c3b718
+def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngram
+                   chain: list,  # the base's files, oldest first (`table_chain`); [] for zero tables
+                   last: TableDelta,  # the rows touched since the base's newest file
+                   train_step: int,  # the training step of the checkpoint it pairs with
+                  ) -> Path:
+    "The full sidecar of `chain` with `last` applied, streamed: what `save_sidecar` of the tables writes, uncopied."
+    full = chain[0] if chain and isinstance(read_table_header(chain[0]), SidecarHeader) else None
+    rows, w, m = _merged_rows([load_delta(q)[0] for q in chain[1 if full else 0:]] + [last])
+    n_rows, rows_per = len(last.orders) * last.slots, max(1, CHUNK_BYTES // (4 * last.dim))
+    def write(f):
+        f.write(_header_bytes(last, train_step))
+        with open(full, "rb") if full else contextlib.nullcontext() as src:
+            hd = _read_header(src, full) if full else None
+            if hd is not None and (hd.orders, hd.slots, hd.dim) != (list(last.orders), last.slots, last.dim):
+                raise SidecarError(full, "header", "a base of another shape than the rows laid over it")
+            for name, vals, dg in (("weight", w, last.digest[0]), ("momentum", m, last.digest[1])):
+                h = xxhash.xxh3_64()
+                for r0, r1, buf in _base_slices(src, full, n_rows, last.dim, rows_per, getattr(hd, "version", 2), name):
+                    lo, hi = np.searchsorted(rows, [r0, r1])
+                    buf[rows[lo:hi] - r0] = vals[lo:hi].numpy()
+                    h.update(memoryview(buf).cast("B"))
+                    f.write(memoryview(buf).cast("B"))
+                tail = struct.pack("<Q16x", dg)
+                h.update(tail)
+                f.write(tail + struct.pack("<Q", h.intdigest()))
+    atomic_write(path, write)
+    return Path(path)

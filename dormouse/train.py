@@ -19,7 +19,7 @@ from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_en
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id
-from .commit import Committer
+from .commit import Committer, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
                              write_atomic, write_jsonl)
@@ -61,7 +61,7 @@ def _history(paths: RunPaths) -> str:
 # %% ../nbs/22_train.ipynb #df4869d5
 def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_env_drift: bool, device: str,
                 seg_row: dict,  # this segment's lineage row, filled in here
-               ) -> None:
+               ) -> tuple:  # (Checkpoint, its path): where the segment's tables came from
     "Check the plan, load the newest complete checkpoint, check the environment, restore every piece of run state."
     if not paths.config.exists():
         raise ConfigError(f"nothing to resume in {paths.root}: it has no config.toml. Run without resume to start it.")
@@ -91,6 +91,7 @@ def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_e
     seg_row["legacy_missing"] = restore(parts, ck, tables, cfg, path=ck_path)
     seg_row.update(kind="resume", start_step=ck.step, checkpoint=str(ck_path))
     print(f"resumed {paths.root} at step {ck.step} from {ck_path.name}")
+    return ck, ck_path
 
 # %% ../nbs/22_train.ipynb #712b8fb5
 @dataclass
@@ -104,6 +105,7 @@ class Segment:
     rows: list  # metrics rows of the whole run so far
     lead: bool  # rank 0: the one writer
     pin: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
+    tables_start: tuple = (None, 0)  # `start_tables`: what the first checkpoint's table delta chains to
 
 # %% ../nbs/22_train.ipynb #c750fc29
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, allow_env_drift: bool, device: str,
@@ -117,9 +119,8 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
            "progress_changes": {}, "time": started[:19], "run_id": new_run_id(cfg, started), "run_started": started}
-    if resume:
-        resume_into(parts, cfg, paths, env, allow_env_drift, device, row)
-    elif paths.checkpoints():
+    found = resume_into(parts, cfg, paths, env, allow_env_drift, device, row) if resume else None
+    if not resume and paths.checkpoints():
         raise ConfigError(f"{paths.root} already has checkpoints ({paths.checkpoints()[-1].name}); pass resume=True "
                           "(dormouse train --resume) to continue it, or choose a new run_dir.")
     barrier(di)  # every rank has decided fresh/resume before rank 0 writes anything
@@ -130,7 +131,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     lineage = read_lineage(paths.root) if resumed else []
     rows = [r for r in read_metrics(paths.root) if r["step"] < parts.step] if resumed else []
     seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead,
-                  make_pin(cfg, row["run_id"], row["run_started"], stamp))
+                  make_pin(cfg, row["run_id"], row["run_started"], stamp), start_tables(parts.tables, found))
     already = resumed and parts.step == cfg.steps  # nothing to train, so nothing is written
     if seg.lead and already:
         print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
@@ -196,7 +197,8 @@ def loop_helpers(seg: Segment, cfg: TrainCfg, progress, ckpt_background: bool) -
     log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
     ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
                   show=progress is not False and seg.lead)
-    commits = Committer(seg.paths.ckpt_dir, keep=cfg.keep_ckpts, background=ckpt_background, pin=seg.pin)
+    base, deltas = seg.tables_start
+    commits = Committer(seg.paths.ckpt_dir, cfg.keep_ckpts, ckpt_background, seg.pin, base, deltas)
     return log, ui, commits
 
 def wrap_ddp(parts: Parts, device: str, di: DistInfo) -> None:

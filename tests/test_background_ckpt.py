@@ -17,21 +17,24 @@ from dormouse.testing import assert_same_run, state_diff, tiny_cfg
 from dormouse.train import fit
 
 
-def failing_at(step, real):
-    "A tables-file writer (full sidecar or delta) that runs out of space at `step` and writes normally otherwise."
+WRITERS = {"save_sidecar": 2, "save_delta": 2, "save_compacted": 3}  # the tables writers: where each takes train_step
 
-    def write(path, tables, train_step, *base):
-        if train_step == step:
-            raise OSError(28, "No space left on device", str(path))
-        return real(path, tables, train_step, *base)
+
+def failing_at(step, real, pos):
+    "A tables-file writer that runs out of space at `step` (its argument `pos`) and writes normally otherwise."
+
+    def write(*args):
+        if args[pos] == step:
+            raise OSError(28, "No space left on device", str(args[0]))
+        return real(*args)
 
     return write
 
 
 def fail_tables_at(monkeypatch, step):
-    "Both tables writers run out of space at `step` (which one a checkpoint calls is the committer's choice)."
-    for name in ("save_sidecar", "save_delta"):
-        monkeypatch.setattr(ckpts, name, failing_at(step, getattr(ckpts, name)))
+    "Every tables writer runs out of space at `step` (which one a checkpoint calls is the committer's choice)."
+    for name, pos in WRITERS.items():
+        monkeypatch.setattr(ckpts, name, failing_at(step, getattr(ckpts, name), pos))
 
 
 def ckpt_files(run):
@@ -48,7 +51,7 @@ def test_commit_error_surfaces_at_the_next_step_boundary(tmp_path, monkeypatch):
     # raised at a step boundary after the failed checkpoint, before the next checkpoint (step 18) was reached
     assert 12 <= rows < 18, rows
     # the failed commit left nothing; the previous pair is intact and is what a resume loads
-    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngram"]
+    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngdelta"]
     assert find_latest(RunPaths(tmp_path / "run").ckpt_dir, log=print)[0].step == 6
 
 
@@ -56,7 +59,7 @@ def test_commit_error_of_the_last_checkpoint_surfaces_at_close(tmp_path, monkeyp
     fail_tables_at(monkeypatch, 12)
     with pytest.raises(CommitError, match=r"step_000012\.dmck was not committed"):
         fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
-    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngram"]
+    assert ckpt_files(tmp_path / "run") == ["step_000006.dmck", "step_000006.ngdelta"]
 
 
 def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch):
@@ -79,17 +82,17 @@ def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
     cfg = tiny_cfg(steps=16, ckpt_every=4, keep_ckpts=100, aux=True, stress=True, stress_k=1.5)
     fit(cfg, tmp_path / "sync", progress=False, ckpt_background=False)
     def slow(real):
-        def write(path, tables, train_step, *base):
+        def write(*args):
             time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
-            return real(path, tables, train_step, *base)
+            return real(*args)
         return write
 
-    for name in ("save_sidecar", "save_delta"):
+    for name in WRITERS:
         monkeypatch.setattr(ckpts, name, slow(getattr(ckpts, name)))
     fit(cfg, tmp_path / "bg", progress=False)
     names = ckpt_files(tmp_path / "sync")
     assert names == ckpt_files(tmp_path / "bg") and len(names) == 8, names
-    assert [n.split(".")[1] for n in names[1::2]] == ["ngram", "ngdelta", "ngdelta", "ngdelta"], names
+    assert [n.split(".")[1] for n in names[1::2]] == ["ngdelta"] * 4, names  # deltas on a fresh run's zero tables
     for n in names:
         a, b = RunPaths(tmp_path / "sync").ckpt_dir / n, RunPaths(tmp_path / "bg").ckpt_dir / n
         if not n.endswith(".dmck"):

@@ -6,6 +6,7 @@ import dataclasses, shutil
 
 import pytest
 
+from dormouse.checkpoints import load_run_ckpt
 from dormouse.container import CheckpointError, load_ckpt, write_v1, write_v2
 from dormouse.sidecar import load_sidecar, save_sidecar
 from dormouse.rundir import RunPaths, read_jsonl
@@ -27,16 +28,17 @@ def runs(tmp_path_factory):
 
 
 def _legacy_at(src, dst, step, version, sidecar: bool):
-    "A copy of run `src` stopped after checkpoint `step`, that checkpoint rewritten as a v1/v2 container."
+    "A copy of `src` stopped after checkpoint `step`, rewritten as an old dormouse wrote it: v1/v2 + a full sidecar."
     shutil.copytree(src, dst)
     d = RunPaths(dst).ckpt_dir
-    for p in d.iterdir():
-        if int(p.stem.split("_")[1]) != step:
-            p.unlink()
     p = d / f"step_{step:06d}.dmck"
+    tables = load_run_ckpt(p)[1]  # whatever chain of table deltas the run wrote
+    for q in d.iterdir():
+        if int(q.stem.split("_")[1]) != step or q.suffix != ".dmck":
+            q.unlink()
     (write_v1 if version == 1 else write_v2)(p, load_ckpt(p))
-    if not sidecar:
-        p.with_suffix(".ngram").unlink()
+    if sidecar:
+        save_sidecar(p.with_suffix(".ngram"), tables, step)
     return p
 
 

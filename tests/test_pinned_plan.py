@@ -5,7 +5,8 @@ import dataclasses, shutil
 
 import pytest
 
-from dormouse.checkpoints import plan_sha256
+from dormouse.checkpoints import load_run_ckpt, plan_sha256
+from dormouse.sidecar import save_sidecar
 from dormouse.cli import main
 from dormouse.config import DriftError, cfg_from_dict, read_snapshot
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
@@ -107,7 +108,8 @@ def test_a_sidecar_alone_of_another_shape_is_refused(runs, tmp_path):
     run = _copy_at(runs / "ref", tmp_path / "shape_sc", 10)
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
     save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), sidecar=None, pin=None, missing=["x: converted"]))
-    shutil.copy(RunPaths(runs / "slots2048").ckpt_dir / "step_000010.ngram", ck_path.with_suffix(".ngram"))
+    other = load_run_ckpt(RunPaths(runs / "slots2048").ckpt_dir / "step_000010.dmck")[1]
+    save_sidecar(ck_path.with_suffix(".ngram"), other, 10)  # a pre-pin container pairs with the .ngram beside it
     with pytest.raises(CheckpointError, match="slots=2048.*slots=1024"):
         fit(_cfg(), run, resume=True, progress=False)
 

@@ -1,7 +1,8 @@
 """Table deltas (issue 15 item 3): a checkpoint writes only the n-gram rows touched since the previous one, chained by
-id to a full sidecar written every FULL_EVERY checkpoints. A resume from any checkpoint of the chain is the same run;
-rotation keeps every file a kept checkpoint reads; a torn or missing delta is skipped loudly and the checkpoint before
-it used; a delta applied to another base is refused by its digest; `dormouse inspect` lists the chain."""
+id to zero tables (a fresh run) or to a full sidecar compacted every FULL_EVERY checkpoints. A resume from any
+checkpoint of the chain is the same run and writes the same tables files; rotation keeps every file a kept checkpoint
+reads; a torn or missing delta is skipped loudly and the checkpoint before it used; a delta applied to another base is
+refused by its digest; `dormouse inspect` lists the chain."""
 
 import shutil
 
@@ -42,49 +43,51 @@ def _stopped_at(ref, dst, step):
     return dst
 
 
-def test_a_full_sidecar_then_deltas_then_a_full_one_again(ref):
-    want = {3: "ngram", 27: "ngram"} | {s: "ngdelta" for s in range(6, 25, 3)} | {30: "ngdelta"}
+def test_deltas_on_zero_tables_then_a_compacted_full_sidecar(ref):
+    want = {s: "ngdelta" for s in range(3, 22, 3)} | {24: "ngram", 27: "ngdelta", 30: "ngdelta"}
     assert kinds(ref) == want
     assert FULL_EVERY == 8  # the docs' diagram and this table assume it
     chains = {s: len(table_chain(p.with_suffix(f".{want[s]}"))) for s, p in list_ckpts(RunPaths(ref).ckpt_dir)}
-    assert max(chains.values()) == FULL_EVERY and chains[27] == 1 and chains[30] == 2, chains  # compaction
+    assert max(chains.values()) == FULL_EVERY - 1 and chains[24] == 1 and chains[30] == 3, chains  # compaction
 
 
-@pytest.mark.parametrize("step", [12, 24, 27])
-def test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run(ref, tmp_path, step):
+@pytest.mark.parametrize("step", [12, 21, 24, 27])
+def test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run_and_writes_the_same_tables_files(ref, tmp_path, step):
     run = _stopped_at(ref, tmp_path / "run", step)
     fit(CFG, run, resume=True, progress=False)
     assert_same_run(ref, run)
-    assert kinds(run)[step + 3] == "ngram"  # a segment's first checkpoint is a full sidecar: nothing to chain to
+    assert kinds(run) == kinds(ref)  # the resumed segment continues the chain on disk
+    for p in RunPaths(ref).ckpt_dir.iterdir():  # the same rows, the same bases: the same bytes
+        if p.suffix != ".dmck" and int(p.stem.split("_")[1]) > step:
+            assert (RunPaths(run).ckpt_dir / p.name).read_bytes() == p.read_bytes(), p.name
 
 
 def test_rotation_keeps_every_file_a_kept_checkpoint_reads(ref, tmp_path):
     run = tmp_path / "run"
-    fit(tiny_cfg(steps=24, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, progress=False)
+    fit(tiny_cfg(steps=21, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, progress=False)
     names = sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir())
-    chain = [f"step_{s:06d}.ngdelta" for s in range(6, 25, 3)]
-    assert names == sorted(["step_000003.ngram", "step_000024.dmck"] + chain)
+    assert names == sorted(["step_000021.dmck"] + [f"step_{s:06d}.ngdelta" for s in range(3, 22, 3)])
     fit(tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, resume=True, progress=False)
-    assert sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir()) == ["step_000027.ngram", "step_000030.dmck",
-                                                                        "step_000030.ngdelta"]
+    assert sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir()) == ["step_000024.ngram", "step_000027.ngdelta",
+                                                                        "step_000030.dmck", "step_000030.ngdelta"]
     assert_same_run(ref, run)
 
 
-@pytest.mark.parametrize("damage, resumed_at", [("torn", 21), ("missing", 21), ("base_missing", 9)])
+@pytest.mark.parametrize("damage, resumed_at", [("torn", 18), ("missing", 18), ("base_missing", 9)])
 def test_a_torn_or_missing_delta_is_skipped_loudly_and_the_run_is_the_same(ref, tmp_path, capsys, damage, resumed_at):
-    run = _stopped_at(ref, tmp_path / "run", 24)
+    run = _stopped_at(ref, tmp_path / "run", 21)
     d = RunPaths(run).ckpt_dir
     if damage == "torn":
-        p = d / "step_000024.ngdelta"
+        p = d / "step_000021.ngdelta"
         p.write_bytes(p.read_bytes()[:-5])
     elif damage == "missing":
-        (d / "step_000024.ngdelta").unlink()
+        (d / "step_000021.ngdelta").unlink()
     else:  # a delta in the middle of the chain: every checkpoint from 12 on reads it
         (d / "step_000012.ngdelta").unlink()
     capsys.readouterr()
     fit(CFG, run, resume=True, progress=False)
     out = capsys.readouterr().out
-    assert "WARNING: skipping step_000024.dmck" in out and f"at step {resumed_at} from" in out, out
+    assert "WARNING: skipping step_000021.dmck" in out and f"at step {resumed_at} from" in out, out
     if damage == "base_missing":
         assert "step_000012.ngram/.ngdelta (train_step 12) is missing" in out, out
     assert_same_run(ref, run)
@@ -122,6 +125,6 @@ def test_inspect_lists_the_chain(ref, capsys):
     rc = main(["inspect", str(RunPaths(ref).ckpt_dir / "step_000012.dmck")])
     out = capsys.readouterr().out
     assert rc == 0, out
-    chain = out.split("oldest first):\n")[1].splitlines()[:4]
-    assert [ln.split()[0] for ln in chain] == ["step_000003.ngram", "step_000006.ngdelta", "step_000009.ngdelta",
-                                               "step_000012.ngdelta"], out
+    chain = out.split("oldest first):\n")[1].splitlines()[:5]
+    assert [ln.split()[0] for ln in chain] == ["(zero", "step_000003.ngdelta", "step_000006.ngdelta",
+                                               "step_000009.ngdelta", "step_000012.ngdelta"], out

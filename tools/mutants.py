@@ -404,7 +404,7 @@ MUTANTS = [
         "delta_misses_touched_rows",
         "a delta leaves out the rows the steps wrote: a resume from it loads stale tables",
         [edit("ngram.py", "            self.parts.append(rows.cpu())", "            pass")],
-        [f"{DELTAS}::test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run[12]"],
+        [f"{DELTAS}::test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run_and_writes_the_same_tables_files[12]"],
     ),
     Mutant(
         "rotation_deletes_a_chains_files",
@@ -415,9 +415,8 @@ MUTANTS = [
     Mutant(
         "no_compaction",
         "deltas chain forever: a resume replays every checkpoint since the start",
-        [edit("commit.py", "if rows is None or self.base is None or self.deltas >= FULL_EVERY - 1:",
-              "if rows is None or self.base is None:")],
-        [f"{DELTAS}::test_a_full_sidecar_then_deltas_then_a_full_one_again"],
+        [edit("commit.py", "return rows, self.deltas >= FULL_EVERY - 1", "return rows, False")],
+        [f"{DELTAS}::test_deltas_on_zero_tables_then_a_compacted_full_sidecar"],
     ),
     Mutant(
         "delta_digest_not_checked",
