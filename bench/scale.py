@@ -151,7 +151,7 @@ def main(argv=None):
         nbytes = state_bytes(p)
         p.step = 0  # the synchronous save is the chain's base: the cycle starts as a resume from it would
         t_save, ck0 = timed(lambda: save_run_ckpt(d / "ckpt", to_run_state(p, env), p.tables, keep=2))
-        stalls, written, kinds = [], [], []
+        stalls, written, kinds, cks, digests = [], [], [], [], []
         rss0 = status_kb("VmRSS:")
         Path("/proc/self/clear_refs").write_text("5")
         with Committer(d / "ckpt", 2, True, None, *start_tables(p.tables, (load_ckpt(ck0), ck0))) as commits:
@@ -159,12 +159,14 @@ def main(argv=None):
                 table_steps(p, pool, (a.repeats + 2 + k) * a.ckpt_every, a.ckpt_every)
                 p.step = (k + 1) * a.ckpt_every
                 stalls.append(timed(lambda: commits.submit(to_run_state(p, env), p.tables))[0])
-                ck = commits.wait()
-                tp = tables_path(ck, load_ckpt(ck))
-                written.append(ck.stat().st_size + tp.stat().st_size)
+                cks.append(commits.wait())
+                digests.append(p.tables.digest())
+                tp = tables_path(cks[-1], load_ckpt(cks[-1]))
+                written.append(cks[-1].stat().st_size + tp.stat().st_size)
                 kinds.append(tp.suffix[1:])
         extra = (status_kb("VmHWM:") - rss0) * 1024
-        chain = [q.name for q in table_chain(tp)]
+        ck = cks[-2]  # the longest chain: the synchronous save + FULL_EVERY - 1 deltas (the last one is compacted)
+        chain = [q.name for q in table_chain(tables_path(ck, load_ckpt(ck)))]
         tpath = d / "state.pt"
         state = to_run_state(p, env)
         obj = {
@@ -174,7 +176,8 @@ def main(argv=None):
             "ngram": {"weight": p.tables.weight, "momentum": p.tables.momentum},
         }
         t_tsave, _ = timed(lambda: torch.save(obj, tpath))
-        digest = p.tables.digest()
+        digest = digests[-2]
+        assert load_run_ckpt(cks[-1])[1].digest() == digests[-1], "the compacted sidecar is not the live tables"
         obj = state = p = parts = tb = commits = None  # free them (closed over by the lambdas above: rebound)
         gc.collect()
         os.sync()  # no writeback of the files competes with the reads
