@@ -228,7 +228,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=150, help="steps per run; a multiple of --ckpt-every, at least 2x it")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (a paired fit run, or a hand run + a fit run)")
     ap.add_argument("--q", type=float, default=0.25, help="quantile of per-step / per-call times the headline uses")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (TrainCfg.threads)")
+    ap.add_argument("--threads", type=int, default=TrainCfg().threads, help="torch threads (default: TrainCfg.threads)")
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--log-every", type=int, default=10, help="fingerprint cadence")
     ap.add_argument("--dir", type=str, default="", help="parent directory for fit's run dirs (default: a temp dir)")

@@ -29,10 +29,10 @@ class ModelCfg:
     depth: int = 2  # core-block repeats when `rand_depth` is off
     depth_min: int = 1  # smallest core depth drawn when `rand_depth` is on
     depth_max: int = 4  # largest core depth drawn when `rand_depth` is on
-    factor_rank: int = 64  # rank r of every factorised linear W = U @ V
+    factor_rank: int = 128  # rank r of every factorised linear W = U @ V (W is formed: r < d saves no compute)
     mlp_mult: int = 4  # MLP hidden width as a multiple of d_model
-    ngram_orders: list[int] = field(default_factory=lambda: [2, 3, 4])  # n-gram orders with a hashed table each
-    ngram_slots: int = 1 << 14  # rows per n-gram table
+    ngram_orders: list[int] = field(default_factory=lambda: [2, 3, 4, 5, 6, 7, 8])  # n-gram orders, a hashed table each
+    ngram_slots: int = 1 << 16  # rows per n-gram table
     ngram_dim: int = 32  # width of an n-gram table row
     pred_mult: int = 2  # JEPA predictor hidden width as a multiple of d_model
 
@@ -47,12 +47,12 @@ class TrainCfg:
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
-    steps: int = 2400  # total steps of the run (progress: extending a run is a resume)
+    steps: int = 1400  # total steps of the run (progress: extending a run is a resume)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the decay
     warmup: int = 50  # linear LR warm-up steps
-    decay_start: int = 400  # step at which cosine decay begins (never derived from `steps`)
-    decay_steps: int = 2000  # length of the cosine decay; LR stays at `min_lr` after it
+    decay_start: int = 200  # step at which cosine decay begins (never derived from `steps`)
+    decay_steps: int = 1200  # length of the cosine decay; LR stays at `min_lr` after it
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     beta1: float = 0.9  # AdamW first-moment decay
     beta2: float = 0.95  # AdamW second-moment decay
@@ -60,10 +60,10 @@ class TrainCfg:
     seed: int = 1  # keys every random draw: init, depth, mask
     threads: int = 1  # torch intra-op threads; bit-identity holds only at the same count (raise for bigger models)
     log_every: int = 10  # steps between log lines and state fingerprints (progress)
-    ckpt_every: int = 100  # steps between checkpoints (progress)
+    ckpt_every: int = 200  # steps between checkpoints (progress)
     keep_ckpts: int = 3  # how many checkpoints rotation keeps
     eval: bool = True  # run held-out eval at `eval_every` (progress)
-    eval_every: int = 400  # steps between evals (progress)
+    eval_every: int = 350  # steps between evals (progress)
     eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
     eval_depths: list[int] = field(default_factory=lambda: [1, 2, 4])  # core depths evaluated
     rand_depth: bool = False  # draw each step's core depth in [depth_min, depth_max] from (seed, step)
@@ -82,7 +82,7 @@ class TrainCfg:
     stress: bool = False  # stress protocol: constant LR and a grad-norm monitor
     stress_refuse: bool = False  # with `stress`, skip the update of a spiking step
     stress_k: float = 4.0  # a grad norm over k x the window median is a spike
-    ngram_lr: float = 0.05  # learning rate of the sparse n-gram row updates
+    ngram_lr: float = 8.0  # learning rate of the sparse n-gram row updates (a row's gradient is a mean over the batch)
     ngram_momentum: float = 0.9  # Nesterov momentum of the n-gram row updates
 
 # %% ../nbs/00_config.ipynb #1da5b830
