@@ -202,6 +202,8 @@ def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
         line += "  vs " + ", ".join(f"{n} {base[n]:.3f}" for n in COMPRESSORS)
         line += (f"; after the last {base['prefix_bytes'] / 2**20:.0f} MiB of training text: "
                  + ", ".join(f"{n} {base[n + ' +train']:.3f}" for n in COMPRESSORS))
+        gaps = [(n, base[n] - bpb[key]) for n in COMPRESSORS]  # > 0: the model is ahead of that compressor
+        line += "\n" + "; ".join(f"{'beats' if g > 0 else 'short of'} {n} by {abs(g):.3f}" for n, g in gaps)
     print(line)
 
 def cmd_train(args) -> int:
