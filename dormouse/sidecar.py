@@ -58,6 +58,16 @@ def _header_bytes(tables: NgramTables, train_step: int) -> bytes:
     h += struct.pack(f"<{n}I", *tables.orders)
     return h + hashlib.sha256(h).digest()
 
+def _write_section(f, chunks, digest: int) -> None:
+    "A section's bytes, then its trailer: `digest`, 16 zero bytes, xxh3_64 of the bytes and those 24."
+    h = xxhash.xxh3_64()
+    for mv in chunks:
+        h.update(mv)
+        f.write(mv)
+    tail = struct.pack("<Q16x", digest)
+    h.update(tail)
+    f.write(tail + struct.pack("<Q", h.intdigest()))
+
 def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
                  tables: NgramTables,  # the tables to write, with their kept digests
                  train_step: int,  # the training step of the checkpoint this sidecar pairs with
@@ -69,13 +79,7 @@ def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
     def write(f):
         f.write(_header_bytes(tables, int(train_step)))
         for t, dg in zip((tables.weight, tables.momentum), digests):
-            h = xxhash.xxh3_64()
-            for mv in tensor_chunks(t):
-                h.update(mv)
-                f.write(mv)
-            tail = struct.pack("<Q16x", dg)
-            h.update(tail)
-            f.write(tail + struct.pack("<Q", h.intdigest()))
+            _write_section(f, tensor_chunks(t), dg)
     atomic_write(path, write)
     return Path(path)
 
@@ -273,15 +277,9 @@ def save_delta(path,  # e.g. ckpt/step_000200.ngdelta
     h += hashlib.sha256(h).digest()
     def write(f):
         f.write(h)
-        for t, dg in ((d.rows, 0), (d.weight, d.digest[0]), (d.momentum, d.digest[1])):
-            hx = xxhash.xxh3_64()
-            mvs = [memoryview(t.numpy().astype("<i8")).cast("B")] if t.dtype == torch.int64 else tensor_chunks(t)
-            for mv in mvs:
-                hx.update(mv)
-                f.write(mv)
-            tail = struct.pack("<Q16x", dg)
-            hx.update(tail)
-            f.write(tail + struct.pack("<Q", hx.intdigest()))
+        _write_section(f, [memoryview(d.rows.numpy().astype("<i8")).cast("B")], 0)
+        for t, dg in ((d.weight, d.digest[0]), (d.momentum, d.digest[1])):
+            _write_section(f, tensor_chunks(t), dg)
     atomic_write(path, write)
     return Path(path)
 
@@ -426,6 +424,13 @@ def _base_slices(src, path, n_rows: int, dim: int, rows_per: int, version: int, 
     if src is not None:
         _check_trailer(path, name, version, h, src.read(32))
 
+def _overlaid(slices, rows: np.ndarray, vals: torch.Tensor):
+    "The bytes of each base slice with the merged rows that fall in it laid over (the base's check runs at its end)."
+    for r0, r1, buf in slices:
+        lo, hi = np.searchsorted(rows, [r0, r1])
+        buf[rows[lo:hi] - r0] = vals[lo:hi].numpy()
+        yield memoryview(buf).cast("B")
+
 # %% ../nbs/08_sidecar.ipynb #89c3b718
 def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngram
                    chain: list,  # the base's files, oldest first (`table_chain`); [] for zero tables
@@ -443,14 +448,7 @@ def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngr
             if hd is not None and (hd.orders, hd.slots, hd.dim) != (list(last.orders), last.slots, last.dim):
                 raise SidecarError(full, "header", "a base of another shape than the rows laid over it")
             for name, vals, dg in (("weight", w, last.digest[0]), ("momentum", m, last.digest[1])):
-                h = xxhash.xxh3_64()
-                for r0, r1, buf in _base_slices(src, full, n_rows, last.dim, rows_per, getattr(hd, "version", 2), name):
-                    lo, hi = np.searchsorted(rows, [r0, r1])
-                    buf[rows[lo:hi] - r0] = vals[lo:hi].numpy()
-                    h.update(memoryview(buf).cast("B"))
-                    f.write(memoryview(buf).cast("B"))
-                tail = struct.pack("<Q16x", dg)
-                h.update(tail)
-                f.write(tail + struct.pack("<Q", h.intdigest()))
+                base = _base_slices(src, full, n_rows, last.dim, rows_per, getattr(hd, "version", 2), name)
+                _write_section(f, _overlaid(base, rows, vals), dg)
     atomic_write(path, write)
     return Path(path)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/23_testing.ipynb #46572939
 from __future__ import annotations
-import os, subprocess, sys
+import os, shutil, subprocess, sys
 from pathlib import Path
 import torch
 from .config import ModelCfg, TrainCfg
@@ -12,8 +12,8 @@ from .container import load_ckpt
 from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
-__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run', 'train_cmd',
-           'torchrun']
+__all__ = ['tiny_cfg', 'losses', 'final_ckpt', 'stopped_at', 'bitwise_equal', 'state_diff', 'assert_same_state',
+           'assert_same_run', 'train_cmd', 'torchrun']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -38,6 +38,15 @@ def final_ckpt(run_dir):
     cks = RunPaths(Path(run_dir)).checkpoints()
     assert cks, f"no checkpoint in {run_dir}"
     return load_ckpt(cks[-1])
+
+# %% ../nbs/23_testing.ipynb #5e1bea73
+def stopped_at(src, dst, step: int) -> Path:
+    "A copy of run `src` at `dst` as if killed right after its checkpoint at `step`: later checkpoints gone, rows kept."
+    shutil.copytree(src, dst)
+    for p in RunPaths(Path(dst)).ckpt_dir.iterdir():
+        if int(p.stem.split("_")[1]) > step:
+            p.unlink()
+    return Path(dst)
 
 # %% ../nbs/23_testing.ipynb #6e6ce231
 def _raw_bytes(t: torch.Tensor) -> torch.Tensor:

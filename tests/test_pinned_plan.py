@@ -12,7 +12,7 @@ from dormouse.config import DriftError, cfg_from_dict, read_snapshot
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
 from dormouse.infer import generate, load_model_weights
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
 
 
@@ -29,15 +29,6 @@ def runs(tmp_path_factory):
     m = dataclasses.replace(_cfg().model, ngram_slots=2048)
     fit(_cfg(model=m), root / "slots2048", progress=False)
     return root
-
-
-def _copy_at(src, dst, step):
-    "A copy of run `src` as if it had stopped after checkpoint `step`."
-    shutil.copytree(src, dst)
-    for p in RunPaths(dst).ckpt_dir.iterdir():
-        if int(p.stem.split("_")[1]) > step:
-            p.unlink()
-    return dst
 
 
 def _graft(src_run, dst_run, step):
@@ -61,7 +52,7 @@ def test_container_pins_plan_and_run_and_lineage_first_row_has_the_run_id(runs):
 
 
 def test_edited_config_toml_is_drift_naming_the_key_and_the_checkpoint(runs, tmp_path, capsys):
-    run = _copy_at(runs / "ref", tmp_path / "edited", 10)
+    run = stopped_at(runs / "ref", tmp_path / "edited", 10)
     cf = RunPaths(run).config
     cf.write_text(cf.read_text().replace("\nlr = 0.003\n", "\nlr = 0.02\n").replace("\nseed = 1\n", "\nseed = 5\n"))
     rc = main(["train", "--run-dir", str(run), "--resume", "--steps", "20"])
@@ -76,7 +67,7 @@ def test_edited_config_toml_is_drift_naming_the_key_and_the_checkpoint(runs, tmp
 
 
 def test_an_unedited_resume_is_still_the_same_run(runs, tmp_path):
-    run = _copy_at(runs / "ref", tmp_path / "plain", 10)
+    run = stopped_at(runs / "ref", tmp_path / "plain", 10)
     fit(_cfg(), run, resume=True, progress=False)
     assert_same_run(runs / "ref", run)
     rows = read_jsonl(RunPaths(run).lineage)
@@ -86,7 +77,7 @@ def test_an_unedited_resume_is_still_the_same_run(runs, tmp_path):
 
 @pytest.mark.parametrize("other, says", [("seed2", "seed (2 there, 1 here)"), ("twin", "same plan")])
 def test_another_runs_checkpoint_is_refused_naming_what_differs(runs, tmp_path, other, says):
-    run = _copy_at(runs / "ref", tmp_path / f"foreign_{other}", 10)
+    run = stopped_at(runs / "ref", tmp_path / f"foreign_{other}", 10)
     _graft(runs / other, run, 20)
     with pytest.raises(CheckpointError, match="another run") as e:
         fit(_cfg(), run, resume=True, progress=False)
@@ -94,7 +85,7 @@ def test_another_runs_checkpoint_is_refused_naming_what_differs(runs, tmp_path, 
 
 
 def test_a_sidecar_of_another_table_shape_is_refused_naming_both_shapes(runs, tmp_path):
-    run = _copy_at(runs / "ref", tmp_path / "shape", 10)
+    run = stopped_at(runs / "ref", tmp_path / "shape", 10)
     _graft(runs / "slots2048", run, 20)
     with pytest.raises(CheckpointError) as e:
         fit(_cfg(), run, resume=True, progress=False)
@@ -105,7 +96,7 @@ def test_a_sidecar_of_another_table_shape_is_refused_naming_both_shapes(runs, tm
 
 def test_a_sidecar_alone_of_another_shape_is_refused(runs, tmp_path):
     "Only the .ngram replaced (a pre-pin container with no sidecar identity would have accepted it)."
-    run = _copy_at(runs / "ref", tmp_path / "shape_sc", 10)
+    run = stopped_at(runs / "ref", tmp_path / "shape_sc", 10)
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
     save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), sidecar=None, pin=None, missing=["x: converted"]))
     other = load_run_ckpt(RunPaths(runs / "slots2048").ckpt_dir / "step_000010.dmck")[1]
@@ -115,7 +106,7 @@ def test_a_sidecar_alone_of_another_shape_is_refused(runs, tmp_path):
 
 
 def test_generate_takes_the_shape_from_the_container_not_config_toml(runs, tmp_path):
-    run = _copy_at(runs / "ref", tmp_path / "gen", 20)
+    run = stopped_at(runs / "ref", tmp_path / "gen", 20)
     ck = RunPaths(run).ckpt_dir / "step_000020.dmck"
     want = generate(load_model_weights(ck), "def ", max_bytes=24, seed=3)
     cf = RunPaths(run).config
@@ -127,7 +118,7 @@ def test_generate_takes_the_shape_from_the_container_not_config_toml(runs, tmp_p
 
 
 def test_a_container_without_a_plan_still_loads_and_resumes_against_config_toml(runs, tmp_path, capsys):
-    run = _copy_at(runs / "ref", tmp_path / "prepin", 10)
+    run = stopped_at(runs / "ref", tmp_path / "prepin", 10)
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
     save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), pin=None))
     assert load_ckpt(ck_path).pin is None

@@ -11,7 +11,7 @@ import pytest
 from dormouse.config import ConfigError, DriftError
 from dormouse.container import load_ckpt, save_ckpt
 from dormouse.rundir import RunPaths
-from dormouse.testing import assert_same_run, final_ckpt, tiny_cfg
+from dormouse.testing import assert_same_run, final_ckpt, stopped_at, tiny_cfg
 from dormouse.train import fit
 
 CFG = tiny_cfg(
@@ -50,11 +50,7 @@ def test_a_final_save_off_the_cadence_writes_its_sidecar_and_extending_it_is_the
 
 
 def test_a_crash_after_a_checkpoint_resumes_as_the_same_run(ref, tmp_path):
-    run = tmp_path / "crashed"
-    shutil.copytree(ref, run)
-    for p in RunPaths(run).ckpt_dir.iterdir():  # as if killed after step 7: checkpoint 4 is the newest, rows go on
-        if int(p.stem.split("_")[1]) > 4:
-            p.unlink()
+    run = stopped_at(ref, tmp_path / "crashed", 4)  # as if killed after step 7: checkpoint 4 is the newest, rows go on
     fit(CFG, run, resume=True, progress=False)
     assert_same_run(ref, run)
 

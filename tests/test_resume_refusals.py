@@ -9,7 +9,7 @@ from dormouse.container import CheckpointError, load_ckpt, save_ckpt, write_v1, 
 from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.train import fit
-from dormouse.testing import tiny_cfg
+from dormouse.testing import stopped_at, tiny_cfg
 from dormouse.testing import assert_same_run
 
 
@@ -21,21 +21,10 @@ def base(tmp_path_factory):
     return cfg, root
 
 
-def _copy_at(src, dst, step):
-    "A copy of run `src` as if it had stopped after checkpoint `step`."
-    import shutil
-
-    shutil.copytree(src, dst)
-    for p in RunPaths(dst).ckpt_dir.iterdir():
-        if int(p.stem.split("_")[1]) > step:
-            p.unlink()
-    return dst
-
-
 @pytest.mark.parametrize("version", [1, 2])
 def test_legacy_resume_prints_what_is_missing(base, tmp_path, capsys, version):
     cfg, root = base
-    run = _copy_at(root / "ref", tmp_path / "legacy", 10)
+    run = stopped_at(root / "ref", tmp_path / "legacy", 10)
     p = RunPaths(run).ckpt_dir / "step_000010.dmck"
     ck = load_ckpt(p)
     (write_v1 if version == 1 else write_v2)(p, ck)
@@ -53,7 +42,7 @@ def test_legacy_resume_prints_what_is_missing(base, tmp_path, capsys, version):
 
 def test_env_drift_is_refused_naming_the_key_and_recorded_when_allowed(base, tmp_path):
     cfg, root = base
-    run = _copy_at(root / "ref", tmp_path / "env", 10)
+    run = stopped_at(root / "ref", tmp_path / "env", 10)
     p = RunPaths(run).ckpt_dir / "step_000010.dmck"
     ck = load_ckpt(p)
     ck.env = {**ck.env, "torch": "1.0.0"}
@@ -68,7 +57,7 @@ def test_env_drift_is_refused_naming_the_key_and_recorded_when_allowed(base, tmp
 
 def test_torn_newest_checkpoint_is_skipped_loudly(base, tmp_path, capsys):
     cfg, root = base
-    run = _copy_at(root / "ref", tmp_path / "torn", 20)
+    run = stopped_at(root / "ref", tmp_path / "torn", 20)
     newest = RunPaths(run).ckpt_dir / "step_000020.dmck"
     newest.write_bytes(newest.read_bytes()[:-7])  # torn
     fit(cfg, run, resume=True, progress=False)
@@ -79,7 +68,7 @@ def test_torn_newest_checkpoint_is_skipped_loudly(base, tmp_path, capsys):
 
 def test_every_checkpoint_torn_is_an_error_not_a_fresh_start(base, tmp_path):
     cfg, root = base
-    run = _copy_at(root / "ref", tmp_path / "alltorn", 20)
+    run = stopped_at(root / "ref", tmp_path / "alltorn", 20)
     for p in RunPaths(run).checkpoints():
         p.write_bytes(p.read_bytes()[:100])
     with pytest.raises(CheckpointError):

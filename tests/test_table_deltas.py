@@ -4,8 +4,6 @@ checkpoint of the chain is the same run and writes the same tables files; rotati
 reads; a torn or missing delta is skipped loudly and the checkpoint before it used; a delta applied to another base is
 refused by its digest; `dormouse inspect` lists the chain."""
 
-import shutil
-
 import pytest
 import torch
 
@@ -16,7 +14,7 @@ from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_randint
 from dormouse.rundir import RunPaths
 from dormouse.sidecar import SidecarError, load_chain, save_delta, save_sidecar
-from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
 
 CFG = tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=100)  # ten checkpoints: a chain and more
@@ -34,15 +32,6 @@ def ref(tmp_path_factory):
     return run
 
 
-def _stopped_at(ref, dst, step):
-    "A copy of `ref` as if it had been killed right after its checkpoint at `step` (later rows kept)."
-    shutil.copytree(ref, dst)
-    for p in RunPaths(dst).ckpt_dir.iterdir():
-        if int(p.stem.split("_")[1]) > step:
-            p.unlink()
-    return dst
-
-
 def test_deltas_on_zero_tables_then_a_compacted_full_sidecar(ref):
     want = {s: "ngdelta" for s in range(3, 22, 3)} | {24: "ngram", 27: "ngdelta", 30: "ngdelta"}
     assert kinds(ref) == want
@@ -53,7 +42,7 @@ def test_deltas_on_zero_tables_then_a_compacted_full_sidecar(ref):
 
 @pytest.mark.parametrize("step", [12, 21, 24, 27])
 def test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run_and_writes_the_same_tables_files(ref, tmp_path, step):
-    run = _stopped_at(ref, tmp_path / "run", step)
+    run = stopped_at(ref, tmp_path / "run", step)
     fit(CFG, run, resume=True, progress=False)
     assert_same_run(ref, run)
     assert kinds(run) == kinds(ref)  # the resumed segment continues the chain on disk
@@ -75,7 +64,7 @@ def test_rotation_keeps_every_file_a_kept_checkpoint_reads(ref, tmp_path):
 
 @pytest.mark.parametrize("damage, resumed_at", [("torn", 18), ("missing", 18), ("base_missing", 9)])
 def test_a_torn_or_missing_delta_is_skipped_loudly_and_the_run_is_the_same(ref, tmp_path, capsys, damage, resumed_at):
-    run = _stopped_at(ref, tmp_path / "run", 21)
+    run = stopped_at(ref, tmp_path / "run", 21)
     d = RunPaths(run).ckpt_dir
     if damage == "torn":
         p = d / "step_000021.ngdelta"
