@@ -66,13 +66,14 @@ class _CommitQueue:
                  pin: dict | None = None,  # `make_pin`: recorded in every container; its corpus stamp checked
                  base: dict | None = None,  # the tables file the first delta applies to (`start_tables`); None: none
                  deltas: int = 0,  # deltas in `base`'s chain since its full sidecar (or zero tables)
+                 chain_bytes: int = 0,  # the bytes of those deltas
                 ):
         self.dir, self.keep, self.background, self.pin = Path(ckpt_dir), keep, background, pin
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
         self.pending = None  # (container path, Future, snapshot, tables file suffix) of the commit in flight
         self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
         self.committed = None  # the newest container this committer committed
-        self.base, self.deltas = base, deltas  # the newest committed tables file (the next delta's base), its chain
+        self.base, self.deltas, self.chain_bytes = base, deltas, chain_bytes  # the next delta's base and its chain
 
     def check(self) -> None:
         "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
@@ -94,8 +95,10 @@ class _CommitQueue:
     def _note_tables(self, suffix: str | None) -> None:
         "After a commit: the tables file it wrote (`suffix`: .ngram, .ngdelta, None) is the next delta's base."
         if suffix is not None:
-            self.base = sidecar_id(self.committed.with_suffix(suffix))
+            written = self.committed.with_suffix(suffix)
+            self.base = sidecar_id(written)
             self.deltas = self.deltas + 1 if suffix == ".ngdelta" else 0
+            self.chain_bytes = self.chain_bytes + written.stat().st_size if suffix == ".ngdelta" else 0
 
 # %% ../nbs/14_commit.ipynb #72d6e6a5
 FULL_EVERY = 8  # a full sidecar at least every 8th checkpoint: a resume replays at most 7 deltas
@@ -107,9 +110,10 @@ class _TablePolicy(_CommitQueue):
         if tables is None:
             return None, False
         rows = tables.take_touched()  # taken at every checkpoint: the next delta counts from this one
-        if rows is None or self.base is None or rows.numel() * (8 + 8 * tables.dim) >= 8 * tables.weight.numel():
+        new, whole = (0 if rows is None else rows.numel() * (8 + 8 * tables.dim)), 8 * tables.weight.numel()
+        if rows is None or self.base is None or new >= whole:
             return None, False
-        return rows, self.deltas >= FULL_EVERY - 1
+        return rows, self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole  # compaction
 
 # %% ../nbs/14_commit.ipynb #4ad2228a
 class Committer(_TablePolicy):
@@ -153,14 +157,15 @@ class Committer(_TablePolicy):
 # %% ../nbs/14_commit.ipynb #821c9eef
 def start_tables(tables,  # the segment's NgramTables (None: a run without tables)
                  resumed: tuple | None = None,  # (Checkpoint, its path) the tables were loaded from; None: fresh
-                ) -> tuple:  # (base, deltas) for `Committer`
+                ) -> tuple:  # (base, deltas, chain_bytes) for `Committer`
     "Where a segment's first delta chains to: zero tables, the resumed tables file, or nothing (a full copy first)."
     if tables is None:
-        return None, 0
+        return None, 0, 0
     rows = tables.take_touched()  # the touched rows count from here
     if resumed is None:  # fresh: zero tables, if nothing has written them
-        return (ZERO_BASE, 0) if rows is not None and not rows.numel() and tables.table_step == 0 else (None, 0)
+        return (ZERO_BASE, 0, 0) if rows is not None and not rows.numel() and tables.table_step == 0 else (None, 0, 0)
     tp = tables_path(resumed[1], resumed[0])
     if not tp.exists():  # a legacy container resumed without tables (the plan has none)
-        return None, 0
-    return sidecar_id(tp), sum(q.suffix == ".ngdelta" for q in table_chain(tp))
+        return None, 0, 0
+    deltas = [q for q in table_chain(tp) if q.suffix == ".ngdelta"]
+    return sidecar_id(tp), len(deltas), sum(q.stat().st_size for q in deltas)

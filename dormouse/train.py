@@ -105,7 +105,7 @@ class Segment:
     rows: list  # metrics rows of the whole run so far
     lead: bool  # rank 0: the one writer
     pin: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
-    tables_start: tuple = (None, 0)  # `start_tables`: what the first checkpoint's table delta chains to
+    tables_start: tuple = (None, 0, 0)  # `start_tables`: what the first checkpoint's table delta chains to
 
 # %% ../nbs/22_train.ipynb #c750fc29
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, allow_env_drift: bool, device: str,
@@ -197,8 +197,7 @@ def loop_helpers(seg: Segment, cfg: TrainCfg, progress, ckpt_background: bool) -
     log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
     ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
                   show=progress is not False and seg.lead)
-    base, deltas = seg.tables_start
-    commits = Committer(seg.paths.ckpt_dir, cfg.keep_ckpts, ckpt_background, seg.pin, base, deltas)
+    commits = Committer(seg.paths.ckpt_dir, cfg.keep_ckpts, ckpt_background, seg.pin, *seg.tables_start)
     return log, ui, commits
 
 def wrap_ddp(parts: Parts, device: str, di: DistInfo) -> None:

@@ -4,6 +4,8 @@ checkpoint of the chain is the same run and writes the same tables files; rotati
 reads; a torn or missing delta is skipped loudly and the checkpoint before it used; a delta applied to another base is
 refused by its digest; `dormouse inspect` lists the chain."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -17,7 +19,9 @@ from dormouse.sidecar import SidecarError, load_chain, save_delta, save_sidecar
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
 
-CFG = tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=100)  # ten checkpoints: a chain and more
+# ten checkpoints: a chain and more; tables of 2 x 8192 slots, so that FULL_EVERY (not the bytes) ends a chain
+CFG = tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=100,
+               model=dataclasses.replace(tiny_cfg().model, ngram_slots=8192))
 
 
 def kinds(run) -> dict:
@@ -53,10 +57,10 @@ def test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run_and_writes_the_
 
 def test_rotation_keeps_every_file_a_kept_checkpoint_reads(ref, tmp_path):
     run = tmp_path / "run"
-    fit(tiny_cfg(steps=21, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, progress=False)
+    fit(dataclasses.replace(CFG, steps=21, keep_ckpts=1), run, progress=False)
     names = sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir())
     assert names == sorted(["step_000021.dmck"] + [f"step_{s:06d}.ngdelta" for s in range(3, 22, 3)])
-    fit(tiny_cfg(steps=30, ckpt_every=3, log_every=3, eval=False, keep_ckpts=1), run, resume=True, progress=False)
+    fit(dataclasses.replace(CFG, keep_ckpts=1), run, resume=True, progress=False)
     assert sorted(p.name for p in RunPaths(run).ckpt_dir.iterdir()) == ["step_000024.ngram", "step_000027.ngdelta",
                                                                         "step_000030.dmck", "step_000030.ngdelta"]
     assert_same_run(ref, run)
@@ -80,6 +84,16 @@ def test_a_torn_or_missing_delta_is_skipped_loudly_and_the_run_is_the_same(ref, 
     if damage == "base_missing":
         assert "step_000012.ngram/.ngdelta (train_step 12) is missing" in out, out
     assert_same_run(ref, run)
+
+
+def test_a_chain_is_compacted_before_its_deltas_outweigh_a_full_sidecar(tmp_path):
+    run = tmp_path / "small"  # tables of 2 x 1024 slots: a few deltas weigh as much as the whole tables
+    fit(dataclasses.replace(CFG, model=tiny_cfg().model), run, progress=False)
+    k, whole = kinds(run), 8 * 2 * 1024 * 16
+    assert "ngram" in [k[s] for s in sorted(k)][:FULL_EVERY - 1], k  # compacted before FULL_EVERY
+    for s, p in list_ckpts(RunPaths(run).ckpt_dir):
+        chain = table_chain(p.with_suffix(f".{k[s]}"))
+        assert sum(q.stat().st_size for q in chain if q.suffix == ".ngdelta") < whole + 1024, (s, chain)
 
 
 def _stepped(tables, seed, n):

@@ -415,8 +415,16 @@ MUTANTS = [
     Mutant(
         "no_compaction",
         "deltas chain forever: a resume replays every checkpoint since the start",
-        [edit("commit.py", "return rows, self.deltas >= FULL_EVERY - 1", "return rows, False")],
+        [edit("commit.py", "self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole",
+              "self.chain_bytes + new >= whole")],
         [f"{DELTAS}::test_deltas_on_zero_tables_then_a_compacted_full_sidecar"],
+    ),
+    Mutant(
+        "chains_outweigh_full_sidecars",
+        "a chain of deltas grows past the size of the tables: more on disk and more to replay than one full sidecar",
+        [edit("commit.py", "self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole",
+              "self.deltas >= FULL_EVERY - 1")],
+        [f"{DELTAS}::test_a_chain_is_compacted_before_its_deltas_outweigh_a_full_sidecar"],
     ),
     Mutant(
         "delta_digest_not_checked",
