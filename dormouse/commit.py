@@ -113,7 +113,7 @@ class _TablePolicy(_CommitQueue):
         new, whole = (0 if rows is None else rows.numel() * (8 + 8 * tables.dim)), 8 * tables.weight.numel()
         if rows is None or self.base is None or new >= whole:
             return None, False
-        return rows, self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole  # compaction
+        return rows, self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole // 2  # compaction
 
 # %% ../nbs/14_commit.ipynb #4ad2228a
 class Committer(_TablePolicy):

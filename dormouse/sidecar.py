@@ -319,21 +319,20 @@ def load_delta(path) -> tuple:
     "(TableDelta, DeltaHeader) of a verified delta file; every failure is a `SidecarError` naming the section."
     with open(path, "rb") as f:
         hd = _read_delta_header(f, path)
-        data = f.read()
-    if len(data) != hd.file_bytes - hd.header_bytes:
-        raise SidecarError(path, "file", f"{hd.header_bytes + len(data)} bytes, the header says {hd.file_bytes}")
-    secs, pos = [], 0
-    for name, n in zip(("rows", "weight", "momentum"), hd.section_bytes):
-        hx = xxhash.xxh3_64(data[pos:pos + n])
-        secs.append((data[pos:pos + n], _check_trailer(path, name, 2, hx, data[pos + n:pos + n + 32])))
-        pos += n + 32
-    rows = np.frombuffer(secs[0][0], dtype="<i8").astype(np.int64)
+        if os.fstat(f.fileno()).st_size != hd.file_bytes:
+            raise SidecarError(path, "file", f"{os.fstat(f.fileno()).st_size} bytes, the header says {hd.file_bytes}")
+        rows = np.empty(hd.n_rows, "<i8")
+        w, m = np.empty((hd.n_rows, hd.dim), "<f4"), np.empty((hd.n_rows, hd.dim), "<f4")
+        digests = []
+        for name, arr in (("rows", rows), ("weight", w), ("momentum", m)):  # read in place: one copy of the rows
+            buf = memoryview(arr).cast("B")
+            if f.readinto(buf) != len(buf):
+                raise SidecarError(path, name, "truncated")
+            digests.append(_check_trailer(path, name, 2, xxhash.xxh3_64(buf), f.read(32)))
     if len(rows) and (rows[0] < 0 or rows[-1] >= len(hd.orders) * hd.slots or (np.diff(rows) <= 0).any()):
         raise SidecarError(path, "rows", "row numbers are not sorted, unique and inside the tables")
-    w, m = (torch.from_numpy(np.frombuffer(b, dtype="<f4").astype(np.float32).reshape(-1, hd.dim))
-            for b, _ in secs[1:])
-    d = TableDelta(hd.orders, hd.slots, hd.dim, hd.table_step, torch.from_numpy(rows), w, m, (secs[1][1], secs[2][1]))
-    return d, hd
+    t = [torch.from_numpy(a.astype(a.dtype.newbyteorder("="), copy=False)) for a in (rows, w, m)]
+    return TableDelta(hd.orders, hd.slots, hd.dim, hd.table_step, *t, tuple(digests[1:])), hd
 
 def table_file_id(path) -> str:
     "The id of a full sidecar or delta: sha256 of its stored checksums (header, each trailer); a few small reads."
@@ -400,16 +399,6 @@ def load_chain(paths,  # [full sidecar or a first delta on zero tables, delta, .
     return tables, step, tables.table_step
 
 # %% ../nbs/08_sidecar.ipynb #f13d6e5c
-def _merged_rows(deltas: list) -> tuple:
-    "(rows, weight, momentum) of deltas applied in order: each row's last value, rows sorted."
-    rows = np.concatenate([d.rows.numpy() for d in deltas])
-    order = np.argsort(rows, kind="stable")
-    r = rows[order]
-    last = np.ones(len(r), dtype=bool)
-    last[:-1] = r[1:] != r[:-1]
-    pick = torch.from_numpy(order[last])
-    return r[last], torch.cat([d.weight for d in deltas])[pick], torch.cat([d.momentum for d in deltas])[pick]
-
 def _base_slices(src, path, n_rows: int, dim: int, rows_per: int, version: int, name: str):
     "[r0, r1) and the base's rows of one section, in slices, checksum verified at its end; zeros without a base."
     h = (hashlib.sha256() if version == 1 else xxhash.xxh3_64()) if src is not None else None
@@ -424,11 +413,12 @@ def _base_slices(src, path, n_rows: int, dim: int, rows_per: int, version: int, 
     if src is not None:
         _check_trailer(path, name, version, h, src.read(32))
 
-def _overlaid(slices, rows: np.ndarray, vals: torch.Tensor):
-    "The bytes of each base slice with the merged rows that fall in it laid over (the base's check runs at its end)."
+def _overlaid(slices, deltas: list):
+    "Each base slice's bytes with every delta's rows in it laid over, in order: a row's last value wins."
     for r0, r1, buf in slices:
-        lo, hi = np.searchsorted(rows, [r0, r1])
-        buf[rows[lo:hi] - r0] = vals[lo:hi].numpy()
+        for rows, vals in deltas:
+            lo, hi = np.searchsorted(rows, [r0, r1])
+            buf[rows[lo:hi] - r0] = vals[lo:hi]
         yield memoryview(buf).cast("B")
 
 # %% ../nbs/08_sidecar.ipynb #89c3b718
@@ -439,7 +429,7 @@ def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngr
                   ) -> Path:
     "The full sidecar of `chain` with `last` applied, streamed: what `save_sidecar` of the tables writes, uncopied."
     full = chain[0] if chain and isinstance(read_table_header(chain[0]), SidecarHeader) else None
-    rows, w, m = _merged_rows([load_delta(q)[0] for q in chain[1 if full else 0:]] + [last])
+    deltas = [load_delta(q)[0] for q in chain[1 if full else 0:]] + [last]  # the chain's rows: the memory it takes
     n_rows, rows_per = len(last.orders) * last.slots, max(1, CHUNK_BYTES // (4 * last.dim))
     def write(f):
         f.write(_header_bytes(last, train_step))
@@ -447,8 +437,9 @@ def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngr
             hd = _read_header(src, full) if full else None
             if hd is not None and (hd.orders, hd.slots, hd.dim) != (list(last.orders), last.slots, last.dim):
                 raise SidecarError(full, "header", "a base of another shape than the rows laid over it")
-            for name, vals, dg in (("weight", w, last.digest[0]), ("momentum", m, last.digest[1])):
+            for k, (name, dg) in enumerate((("weight", last.digest[0]), ("momentum", last.digest[1]))):
                 base = _base_slices(src, full, n_rows, last.dim, rows_per, getattr(hd, "version", 2), name)
-                _write_section(f, _overlaid(base, rows, vals), dg)
+                layers = [(d.rows.numpy(), (d.weight, d.momentum)[k].numpy()) for d in deltas]
+                _write_section(f, _overlaid(base, layers), dg)
     atomic_write(path, write)
     return Path(path)
