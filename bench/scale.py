@@ -101,6 +101,7 @@ def main(argv=None):
     ap.add_argument("--small", type=int, default=16, help="log2 slots of the small tables")
     ap.add_argument("--big", type=int, default=22, help="log2 slots of the big tables (2^21 if 2^22 does not fit)")
     ap.add_argument("--dim", type=int, default=64, help="ModelCfg.ngram_dim")
+    ap.add_argument("--orders", default="2,3,4", help="n-gram orders (the seed's three; the default model has 2..8)")
     ap.add_argument("--log-every", type=int, default=10, help="table steps between fingerprints")
     ap.add_argument("--repeats", type=int, default=31, help="paired fingerprint measurements")
     ap.add_argument("--threads", type=int, default=1)
@@ -109,16 +110,17 @@ def main(argv=None):
     ap.add_argument("--dir", default=None, help="where checkpoints are written (default: a temp dir in bench/out)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    orders = ModelCfg().ngram_orders
+    orders = [int(o) for o in a.orders.split(",")]
     big, note = a.big, ""
-    while big > a.small + 1 and mem_available() < 1.2 * table_bytes(big, a.dim, len(orders)) + (2 << 30):
+    # the state, one loaded copy at the resume (the state is freed first) and compaction's rows, plus headroom
+    while big > a.small + 1 and mem_available() < 1.3 * table_bytes(big, a.dim, len(orders)) + (2 << 30):
         note += (
             f" 2^{big} slots ({table_bytes(big, a.dim, len(orders)) / 2**30:.1f} GiB of tables) does not fit "
             f"comfortably in {mem_available() / 2**30:.1f} GiB available: using 2^{big - 1}."
         )
         big -= 1
     cfgs = {
-        lg: TrainCfg(model=dataclasses.replace(ModelCfg(), ngram_slots=1 << lg, ngram_dim=a.dim))
+        lg: TrainCfg(model=dataclasses.replace(ModelCfg(), ngram_orders=orders, ngram_slots=1 << lg, ngram_dim=a.dim))
         for lg in (a.small, big)
     }
     seq, batch = TrainCfg().seq_len, TrainCfg().batch  # the trainer's batch shape
