@@ -4,7 +4,7 @@ checkpoint of the chain is the same run and writes the same tables files; rotati
 reads; a torn or missing delta is skipped loudly and the checkpoint before it used; a delta applied to another base is
 refused by its digest; `dormouse inspect` lists the chain."""
 
-import dataclasses
+import dataclasses, shutil
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ import torch
 from dormouse.checkpoints import list_ckpts, sidecar_id, table_chain
 from dormouse.cli import main
 from dormouse.commit import FULL_EVERY
+from dormouse.container import CheckpointError
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_randint
 from dormouse.rundir import RunPaths
@@ -94,6 +95,19 @@ def test_a_chain_is_compacted_before_its_deltas_outweigh_a_full_sidecar(tmp_path
     for s, p in list_ckpts(RunPaths(run).ckpt_dir):
         chain = table_chain(p.with_suffix(f".{k[s]}"))
         assert sum(q.stat().st_size for q in chain if q.suffix == ".ngdelta") < whole // 2 + 1024, (s, chain)
+
+
+def test_another_runs_delta_pair_is_refused_not_skipped(ref, tmp_path):
+    "Its delta cannot load here (its base is the other run's file), but the container's pin is checked first."
+    other = tmp_path / "other"
+    fit(dataclasses.replace(CFG, steps=21, seed=2), other, progress=False)
+    run = stopped_at(ref, tmp_path / "run", 18)
+    for p in RunPaths(other).ckpt_dir.glob("step_000021.*"):
+        shutil.copy(p, RunPaths(run).ckpt_dir)
+    assert (RunPaths(run).ckpt_dir / "step_000021.ngdelta").exists()
+    with pytest.raises(CheckpointError, match="another run") as e:
+        fit(CFG, run, resume=True, progress=False)
+    assert "seed (2 there, 1 here)" in str(e.value) and "step_000021.dmck" in str(e.value), str(e.value)
 
 
 def _stepped(tables, seed, n):

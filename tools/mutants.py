@@ -442,7 +442,7 @@ MUTANTS = [
         "foreign_checkpoint_skipped_not_refused",
         "rule 1: another run's checkpoint whose chain does not load is skipped, and the run resumes quietly",
         [edit("train.py", "check=pinned)", "check=None)")],
-        ["tests/test_pinned_plan.py::test_another_runs_checkpoint_is_refused_naming_what_differs"],
+        [f"{DELTAS}::test_another_runs_delta_pair_is_refused_not_skipped"],
     ),
 ]
 
