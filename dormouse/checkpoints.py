@@ -13,8 +13,9 @@ from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
 from .ngram import TableDelta
-from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, load_chain, load_delta, read_table_header,
-                              save_compacted, save_delta, save_sidecar, table_file_id, verify_sidecar)
+from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, check_link, load_chain, load_delta,
+                              read_table_header, save_compacted, save_delta, save_sidecar, table_file_id,
+                              verify_sidecar)
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'tables_path', 'table_chain', 'plan_sha256', 'new_run_id',
@@ -346,10 +347,7 @@ def _chain_lines(chain: list) -> list:
         links = zip(chain, chain[1:])
     for prev, q in links:
         _, dh = load_delta(q)
-        ph = ZERO_BASE if prev is None else vars(read_table_header(prev)) | {"id": table_file_id(prev)}
-        if (dh.base_id, dh.base_train_step, dh.base_table_step) != (ph["id"], ph["train_step"], ph["table_step"]):
-            base = "zero tables" if prev is None else prev.name
-            raise SidecarError(q, "chain", f"its base is not {base} (the id or the steps differ)")
+        check_link(q, dh, prev)
         out.append(f"  {q.name}  delta of {dh.n_rows:,} rows, train_step {dh.train_step}, table_step "
                    f"{dh.table_step}: checksums and link ok")
     return out

@@ -16,7 +16,7 @@ from .ngram import CHUNK_BYTES, NgramTables, TableDelta, tensor_chunks, row_hash
 # %% auto #0
 __all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'ZERO_BASE', 'SidecarError', 'SidecarHeader',
            'save_sidecar', 'read_sidecar_header', 'load_sidecar', 'verify_sidecar', 'DeltaHeader', 'save_delta',
-           'read_table_header', 'load_delta', 'table_file_id', 'load_chain', 'save_compacted']
+           'read_table_header', 'load_delta', 'table_file_id', 'check_link', 'load_chain', 'save_compacted']
 
 # %% ../nbs/08_sidecar.ipynb #315b94a0
 SIDECAR_MAGIC = b"DMNGRAM\x00"
@@ -353,19 +353,24 @@ def table_file_id(path) -> str:
 # %% ../nbs/08_sidecar.ipynb #34550ad3
 ZERO_BASE = {"file": None, "train_step": 0, "table_step": 0, "id": "0" * 32}  # a fresh run's tables: zeros, no file
 
-def _check_link(path, hd: DeltaHeader, prev, tables: NgramTables, step: int) -> None:
-    "`SidecarError` (chain) unless the delta `hd` applies to `prev` (None: zero tables), just loaded into `tables`."
+def check_link(path,  # a delta
+               hd: DeltaHeader,  # its verified header
+               prev,  # the file it should apply to; None: zero tables (a fresh run's start)
+              ) -> None:
+    "`SidecarError` (chain) unless the delta applies to `prev`: same shape, `prev`'s steps, `prev`'s id."
     base = "zero tables (a fresh run's start)" if prev is None else Path(prev).name
-    if (hd.orders, hd.slots, hd.dim) != (tables.orders, tables.slots, tables.dim):
+    ph = None if prev is None else read_table_header(prev)
+    want = ZERO_BASE if ph is None else {"train_step": ph.train_step, "table_step": ph.table_step}
+    if ph is not None and (hd.orders, hd.slots, hd.dim) != (ph.orders, ph.slots, ph.dim):
         raise SidecarError(path, "chain", f"rows of orders={hd.orders} slots={hd.slots} dim={hd.dim}, but its base "
-                           f"{base} holds {tables!r}")
-    if (hd.base_train_step, hd.base_table_step) != (step, tables.table_step):
+                           f"{base} holds orders={ph.orders} slots={ph.slots} dim={ph.dim}")
+    if (hd.base_train_step, hd.base_table_step) != (want["train_step"], want["table_step"]):
         raise SidecarError(path, "chain", f"its base is at train_step {hd.base_train_step}, table_step "
-                           f"{hd.base_table_step}, but {base} is at {step}, {tables.table_step}")
-    want = ZERO_BASE["id"] if prev is None else table_file_id(prev)
-    if hd.base_id != want:
-        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {base} ({want[:12]}): a "
-                           "delta of another file (replaced, or another run's)")
+                           f"{hd.base_table_step}, but {base} is at {want['train_step']}, {want['table_step']}")
+    want_id = ZERO_BASE["id"] if prev is None else table_file_id(prev)
+    if hd.base_id != want_id:
+        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {base} ({want_id[:12]}): "
+                           "a delta of another file (replaced, or another run's)")
 
 def _chain_start(paths, lr: float, momentum: float) -> tuple:
     "(tables, train_step, their file or None, the deltas to apply): a full sidecar loaded, or zero tables."
@@ -385,7 +390,7 @@ def load_chain(paths,  # [full sidecar or a first delta on zero tables, delta, .
     tables, step, prev, deltas = _chain_start(paths, lr, momentum)
     for path in deltas:
         d, hd = load_delta(path)
-        _check_link(path, hd, prev, tables, step)
+        check_link(path, hd, prev)
         got = tables.apply(d)
         if tuple(got) != tuple(d.digest):
             base = "zero tables" if prev is None else Path(prev).name

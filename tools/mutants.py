@@ -435,7 +435,7 @@ MUTANTS = [
     Mutant(
         "delta_base_id_not_checked",
         "a delta names its base by id, and nothing compares it",
-        [edit("sidecar.py", "    if hd.base_id != want:", "    if False:")],
+        [edit("sidecar.py", "    if hd.base_id != want_id:", "    if False:")],
         [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
     ),
     Mutant(
