@@ -225,7 +225,7 @@ CASES = [
     case("--steps ten", flags("--steps", "ten"), 2, ['steps = "ten"']),
     case("--model.ngram-orders 2,x", flags("--model.ngram-orders", "2,x"), 2, ["model.ngram_orders"]),
     case("--eval-depths true", flags("--eval-depths", "true"), 2, ["eval_depths"]),
-    case("--quant fp4", flags("--quant", "fp4"), 2, ["quant='fp4'"]),
+    case("--quant fp4", flags("--quant", "fp4"), 2, ['quant = "fp4": use one of']),
     case("--stepz", flags("--stepz", "3"), 2, ["unrecognized arguments: --stepz"]),
     case("--device bogus", flags("--device", "bogus"), 2, ["--device 'bogus'"]),
     case("DORMOUSE_DEVICE=meta", flags(env={"DORMOUSE_DEVICE": "meta"}), 2, ["DORMOUSE_DEVICE 'meta'"]),
