@@ -14,14 +14,14 @@ from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
 from .ngram import NgramTables, TableDelta
-from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, check_link, load_chain, load_delta,
-                              read_table_header, save_compacted, save_delta, save_sidecar, table_file_id,
-                              verify_sidecar)
+from .sidecar import (ZERO_TABLES, DeltaHeader, TablesError, check_link, load_chain, load_delta,
+                              read_table_header, save_compacted, save_delta, save_tables_file, table_file_id,
+                              verify_tables_file)
 
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'tables_path', 'table_chain', 'plan_sha256', 'new_run_id',
-           'make_pin', 'pinned_plan', 'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt',
-           'LoadedCheckpoint', 'load_run_ckpt', 'find_latest', 'check_pin', 'describe']
+           'make_identity', 'identity_plan', 'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt',
+           'LoadedCheckpoint', 'load_run_ckpt', 'find_latest', 'check_identity', 'describe']
 
 # %% ../nbs/13_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -55,7 +55,7 @@ def _base_file(delta: Path, hd: DeltaHeader) -> Path:
     there = [delta.with_name(f"{ckpt_name(hd.base_train_step)}{s}") for s in (".ngram", ".ngdelta")]
     there = [q for q in there if q.exists()]
     if not there:
-        raise SidecarError(delta, "chain", f"its base {ckpt_name(hd.base_train_step)}.ngram/.ngdelta (train_step "
+        raise TablesError(delta, "chain", f"its base {ckpt_name(hd.base_train_step)}.ngram/.ngdelta (train_step "
                            f"{hd.base_train_step}) is missing")
     return next((q for q in there if table_file_id(q) == hd.base_id), there[0])
 
@@ -71,7 +71,7 @@ def table_chain(table_path) -> list:
     "[full sidecar, delta, ...] ending at `table_path`, walked back through each delta's base (to zero tables)."
     chain = [Path(table_path)]
     hd = read_table_header(chain[0])
-    while isinstance(hd, DeltaHeader) and hd.base_id != ZERO_BASE["id"]:  # base steps strictly decrease: this ends
+    while isinstance(hd, DeltaHeader) and hd.base_id != ZERO_TABLES["id"]:  # base steps strictly decrease: this ends
         chain.insert(0, _base_file(chain[0], hd))
         hd = read_table_header(chain[0])
     return chain
@@ -90,7 +90,7 @@ def new_run_id(cfg: TrainCfg,  # the plan of the fresh start, corpus hash filled
     key = f"{snapshot_toml(cfg)}\n{cfg.data_sha256}\n{started}\n{os.getpid()}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
-def make_pin(cfg: TrainCfg,  # the plan this segment trains
+def make_identity(cfg: TrainCfg,  # the plan this segment trains
              run_id: str,  # from `new_run_id` at the fresh start, then carried
              started: str,  # when the run started (fresh start)
              corpus: dict | None = None,  # `corpus_stamp` of the corpus at the segment's start (None: embedded corpus)
@@ -99,7 +99,7 @@ def make_pin(cfg: TrainCfg,  # the plan this segment trains
     return {"plan": snapshot_toml(cfg), "plan_sha256": plan_sha256(cfg), "run_id": run_id, "run_started": started,
             "corpus": corpus}
 
-def pinned_plan(ck: Checkpoint, path) -> dict | None:
+def identity_plan(ck: Checkpoint, path) -> dict | None:
     "The plan a container pins, as a nested dict (None: written before plan pinning)."
     if ck.pin is None:
         return None
@@ -160,7 +160,7 @@ def _needed(d: Path, steps) -> set:
             continue
         try:
             names.update(q.name for q in table_chain(p))
-        except (SidecarError, OSError):
+        except (TablesError, OSError):
             names.add(p.name)
     return names
 
@@ -186,7 +186,7 @@ def _rotate(d: Path, keep: int, written: Path) -> list:
 def save_run_ckpt(ckpt_dir, state: RunState,
                   tables=None,  # NgramTables (a full sidecar), a TableDelta (a delta on `base`), or None: no tables
                   keep: int = 3,  # complete pairs to keep
-                  pin: dict | None = None,  # `make_pin`: recorded in the container; its corpus stamp is checked first
+                  pin: dict | None = None,  # `make_identity`: recorded in the container; its corpus stamp is checked first
                   base: dict | None = None,  # with a TableDelta: `sidecar_id` of the previous checkpoint's tables file
                   compact: bool = False,  # with a TableDelta: write its base's chain with it applied, as a full sidecar
                  ) -> Path:
@@ -204,7 +204,7 @@ def save_run_ckpt(ckpt_dir, state: RunState,
         if isinstance(tables, TableDelta) and base is None:
             raise ValueError("save_run_ckpt: a table delta needs `base`, the tables file it applies to")
         if not isinstance(tables, TableDelta):
-            sc = sidecar_id(save_sidecar(d / f"{name}.ngram", tables, state.step))
+            sc = sidecar_id(save_tables_file(d / f"{name}.ngram", tables, state.step))
         elif compact:
             chain = table_chain(d / base["file"]) if base["file"] else []  # the base file's chain, or zero tables
             sc = sidecar_id(save_compacted(d / f"{name}.ngram", chain, tables, state.step))
@@ -231,8 +231,8 @@ def _pair_checks(path: Path, sp: Path, ck: Checkpoint, cfg: TrainCfg | None) -> 
     "Raise `_PairingError` unless the sidecar `sp` was written with the container at `path` (and fits `cfg`)."
     if not sp.exists():
         if ck.sidecar is not None:
-            raise SidecarError(sp, "file", "missing (the container was written with one)")
-        raise SidecarError(sp, "file", f"missing: a v{ck.version} container records no n-gram tables, so their state "
+            raise TablesError(sp, "file", "missing (the container was written with one)")
+        raise TablesError(sp, "file", f"missing: a v{ck.version} container records no n-gram tables, so their state "
                            f"can only come from a sidecar whose table step equals the container's step ({ck.step})")
     hd = read_table_header(sp)
     if cfg is not None and (hd.orders, hd.slots, hd.dim) != (list(cfg.model.ngram_orders), cfg.model.ngram_slots,
@@ -289,7 +289,7 @@ def load_run_ckpt(path,  # a container, e.g. ckpt/step_000100.dmck
     try:
         _pair_checks(path, sp, ck, cfg)
         tables, _, _ = load_chain(table_chain(sp), **opt, expect_train_step=ck.step)
-    except (SidecarError, OSError, ValueError) as e:
+    except (TablesError, OSError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
         msg, pre = str(e), f"n-gram sidecar {sp}: "  # a file of its chain keeps its name in the message
@@ -326,14 +326,14 @@ def find_latest(ckpt_dir,  # a run's ckpt/
     raise CheckpointError(ckpt_dir, "run", f"{len(cks)} container(s), none loadable:\n  " + "\n  ".join(errs))
 
 # %% ../nbs/13_checkpoints.ipynb #07b9cd71
-def check_pin(ck: Checkpoint,  # the checkpoint a resume found
+def check_identity(ck: Checkpoint,  # the checkpoint a resume found
               path,  # its file, named in errors
               cfg: TrainCfg,  # the plan resuming it
               run_id: str | None,  # the run's id from lineage.jsonl (None: not recorded)
              ) -> dict | None:
     "The checkpoint's pin, checked: another run is `CheckpointError`, another plan `DriftError`; None before pinning."
     path = Path(path)
-    plan = pinned_plan(ck, path)
+    plan = identity_plan(ck, path)
     if plan is None:
         return None
     if run_id is not None and ck.pin["run_id"] != run_id:
@@ -348,11 +348,11 @@ def check_pin(ck: Checkpoint,  # the checkpoint a resume found
 
 # %% ../nbs/13_checkpoints.ipynb #3619284b
 def _chain_lines(chain: list) -> list:
-    "One line per file of a tables chain, oldest first, each verified; the first bad file raises `SidecarError`."
+    "One line per file of a tables chain, oldest first, each verified; the first bad file raises `TablesError`."
     if isinstance(read_table_header(chain[0]), DeltaHeader):  # a fresh run's chain: it starts on zero tables
         out, links = ["  (zero tables: a fresh run's start)"], zip([None] + chain, chain)
     else:
-        hd = verify_sidecar(chain[0])
+        hd = verify_tables_file(chain[0])
         out = [f"  {chain[0].name}  full, train_step {hd.train_step}, table_step {hd.table_step}: checksums ok"]
         links = zip(chain, chain[1:])
     for prev, q in links:

@@ -16,7 +16,7 @@ from .commit import CommitError
 from .data import CorpusError
 from .infer import generate, load_model_weights
 from .serve import serve
-from .sidecar import SidecarError
+from .sidecar import TablesError
 from .precompute import precompute_jepa_targets
 from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError
@@ -306,7 +306,7 @@ COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "i
 # %% ../nbs/26_cli.ipynb #80a8dcec
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config
 # exit 1: what the run met (a damaged checkpoint, a corpus, a non-finite loss) and the OS's errors
-RUN_ERRORS = (CheckpointError, CommitError, CorpusError, TargetsError, SidecarError, FloatingPointError, OSError,
+RUN_ERRORS = (CheckpointError, CommitError, CorpusError, TargetsError, TablesError, FloatingPointError, OSError,
               UnicodeError)
 _OS_HINTS = {errno.ENOSPC: "free some space, then resume: the newest complete checkpoint is intact",
              errno.EACCES: "check the permissions, or choose another path", errno.EPERM: "check the permissions",

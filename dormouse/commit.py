@@ -12,7 +12,7 @@ import torch
 from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id, table_chain
 from .container import RunState
 from .ngram import NgramTables
-from .sidecar import ZERO_BASE
+from .sidecar import ZERO_TABLES
 
 # %% auto #0
 __all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer', 'TablesStart', 'start_tables']
@@ -64,7 +64,7 @@ class _CommitQueue:
     def __init__(self, ckpt_dir,  # the run's ckpt/
                  keep: int = 3,  # complete pairs rotation keeps
                  background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
-                 pin: dict | None = None,  # `make_pin`: recorded in every container; its corpus stamp checked
+                 pin: dict | None = None,  # `make_identity`: recorded in every container; its corpus stamp checked
                  base: dict | None = None,  # the tables file the first delta applies to (`start_tables`); None: none
                  deltas: int = 0,  # deltas in `base`'s chain since its full sidecar (or zero tables)
                  chain_bytes: int = 0,  # the bytes of those deltas
@@ -158,7 +158,7 @@ class Committer(_TablePolicy):
 # %% ../nbs/14_commit.ipynb #821c9eef
 class TablesStart(NamedTuple):
     "Where a segment's first table delta chains to: what `Committer` starts from."
-    base: dict | None  # `sidecar_id` of the file the first delta applies to (`ZERO_BASE`: zero tables); None: none
+    base: dict | None  # `sidecar_id` of the file the first delta applies to (`ZERO_TABLES`: zero tables); None: none
     deltas: int = 0  # deltas in `base`'s chain since its full tables file (or zero tables)
     chain_bytes: int = 0  # the bytes of those deltas
 
@@ -171,6 +171,6 @@ def start_tables(tables,  # the segment's NgramTables (None: a run without table
     rows = tables.take_touched()  # the touched rows count from here
     if tables_file is None:  # fresh: zero tables, if nothing has written them
         zero = rows is not None and not rows.numel() and tables.table_step == 0
-        return TablesStart(ZERO_BASE if zero else None)
+        return TablesStart(ZERO_TABLES if zero else None)
     deltas = [q for q in table_chain(tables_file) if q.suffix == ".ngdelta"]
     return TablesStart(sidecar_id(tables_file), len(deltas), sum(q.stat().st_size for q in deltas))

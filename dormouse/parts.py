@@ -88,7 +88,7 @@ def plan_lacks(ck,  # a loaded `Checkpoint` (or a `RunState`)
                "env": ck.env is None}
     return [k for k in NEEDS if lacking[k]]
 
-def _said(section: str, cfg: TrainCfg) -> str:
+def _need_line(section: str, cfg: TrainCfg) -> str:
     what, why, without = NEEDS[section]
     return f"{what}: {why.format(quant=cfg.quant)}. Without it, {without}."
 
@@ -139,7 +139,7 @@ def _legacy_report(ck, cfg: TrainCfg, where, lacks: list[str], log) -> list[str]
     "What a legacy container lacks of what plan `cfg` needs, plus its other notes; said through `log`, returned."
     sections = {what for what, _, _ in NEEDS.values()}  # the container's other notes (e.g. how a sidecar was paired)
     notes = getattr(ck, "missing", None) or []
-    report = [_said(k, cfg) for k in lacks] + [m for m in notes if m.split(":")[0] not in sections]
+    report = [_need_line(k, cfg) for k in lacks] + [m for m in notes if m.split(":")[0] not in sections]
     if report:
         log(f"LEGACY checkpoint (v{getattr(ck, 'version', '?')}) {where}: resuming, but it lacks what this plan needs:")
         for line in report:
@@ -162,12 +162,12 @@ def restore(parts: Parts,  # fresh parts of the same plan
     return _legacy_report(ck, cfg, where, lacks, log)
 
 # %% ../nbs/16_parts.ipynb #619cef5b
-def _feed(h, t: torch.Tensor) -> None:
+def _hash_tensor(h, t: torch.Tensor) -> None:
     t = t.detach().to("cpu").contiguous().reshape(-1)
     h.update(str(t.dtype).encode())
     h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
 
-def _feed_optim(h, optim: torch.optim.Optimizer) -> None:
+def _hash_optim(h, optim: torch.optim.Optimizer) -> None:
     "Feed the optimiser's per-parameter state to `h`, in a fixed order: tensors by their bytes, the rest by repr."
     osd = optim.state_dict()
     for idx in sorted(osd["state"]):
@@ -175,7 +175,7 @@ def _feed_optim(h, optim: torch.optim.Optimizer) -> None:
             v = osd["state"][idx][k]
             h.update(f"O{idx}.{k}".encode())
             if torch.is_tensor(v):
-                _feed(h, v)
+                _hash_tensor(h, v)
             else:
                 h.update(repr(v).encode())
 
@@ -188,9 +188,9 @@ def state_fingerprint(parts: Parts) -> str:
             continue
         for name, t in model.state_dict().items():
             h.update((tag + name).encode())
-            _feed(h, t)
+            _hash_tensor(h, t)
         h.update((tag + "forward" + json.dumps(forward_formats(model), sort_keys=True)).encode())
-    _feed_optim(h, parts.optim)
+    _hash_optim(h, parts.optim)
     fingerprint_update(h, parts.tables)  # shape, table_step, weight and momentum, streamed
     h.update(f"latch{parts.latch.flags} step{parts.step}".encode())
     if parts.stress is not None:

@@ -14,25 +14,26 @@ from .fsio import atomic_write
 from .ngram import CHUNK_BYTES, NgramTables, TableDelta, tensor_chunks, row_hashes
 
 # %% auto #0
-__all__ = ['SIDECAR_MAGIC', 'SIDECAR_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'ZERO_BASE', 'SidecarError', 'SidecarHeader',
-           'save_sidecar', 'read_sidecar_header', 'load_sidecar', 'verify_sidecar', 'DeltaHeader', 'save_delta',
-           'read_table_header', 'load_delta', 'table_file_id', 'check_link', 'load_chain', 'save_compacted']
+__all__ = ['TABLES_MAGIC', 'TABLES_VERSION', 'DELTA_MAGIC', 'DELTA_VERSION', 'ZERO_TABLES', 'TablesError', 'TablesHeader',
+           'save_tables_file', 'read_tables_file_header', 'load_tables_file', 'verify_tables_file', 'DeltaHeader',
+           'save_delta', 'read_table_header', 'load_delta', 'table_file_id', 'check_link', 'load_chain',
+           'save_compacted']
 
 # %% ../nbs/08_sidecar.ipynb #315b94a0
-SIDECAR_MAGIC = b"DMNGRAM\x00"
-SIDECAR_VERSION = 2  # 2: xxh3_64 payload checksums and the row-hash digest in each trailer; 1 (sha256) is read
+TABLES_MAGIC = b"DMNGRAM\x00"
+TABLES_VERSION = 2  # 2: xxh3_64 payload checksums and the row-hash digest in each trailer; 1 (sha256) is read
 _FIXED = struct.Struct("<8sIIQQQQ")  # magic, version, n_orders, table_step, train_step, slots, dim
 _MAX_ORDERS = 64
 _TRAILER = struct.Struct("<Q16xQ")  # v2 section trailer: digest, 16 reserved zero bytes, xxh3_64
 
-class SidecarError(ValueError):
+class TablesError(ValueError):
     "An n-gram sidecar that cannot be loaded; names the file and the section."
     def __init__(self, path, section: str, detail: str):
         self.path, self.section = str(path), section
         super().__init__(f"n-gram sidecar {path}: {section}: {detail}")
 
 @dataclass
-class SidecarHeader:
+class TablesHeader:
     "The parsed, checksum-verified header of a sidecar."
     version: int
     orders: list
@@ -54,7 +55,7 @@ class SidecarHeader:
 def _header_bytes(tables: NgramTables, train_step: int) -> bytes:
     "The fixed header, the orders and the sha256 of both."
     n = len(tables.orders)
-    h = _FIXED.pack(SIDECAR_MAGIC, SIDECAR_VERSION, n, tables.table_step, train_step, tables.slots, tables.dim)
+    h = _FIXED.pack(TABLES_MAGIC, TABLES_VERSION, n, tables.table_step, train_step, tables.slots, tables.dim)
     h += struct.pack(f"<{n}I", *tables.orders)
     return h + hashlib.sha256(h).digest()
 
@@ -68,13 +69,13 @@ def _write_section(f, chunks, digest: int) -> None:
     h.update(tail)
     f.write(tail + struct.pack("<Q", h.intdigest()))
 
-def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
+def save_tables_file(path,  # e.g. ckpt/step_000100.ngram
                  tables: NgramTables,  # the tables to write, with their kept digests
                  train_step: int,  # the training step of the checkpoint this sidecar pairs with
                 ) -> Path:
     "Write the tables atomically and streaming, stamped with `train_step`, with their kept digests."
     if train_step < 0:
-        raise ValueError(f"save_sidecar: train_step must be >= 0, got {train_step}")
+        raise ValueError(f"save_tables_file: train_step must be >= 0, got {train_step}")
     digests = tables.digest()
     def write(f):
         f.write(_header_bytes(tables, int(train_step)))
@@ -84,30 +85,30 @@ def save_sidecar(path,  # e.g. ckpt/step_000100.ngram
     return Path(path)
 
 # %% ../nbs/08_sidecar.ipynb #27643ad1
-def _read_header(f, path) -> SidecarHeader:
-    "The header at `f`'s position, verified; `SidecarError` (magic, header) naming what is wrong."
+def _read_header(f, path) -> TablesHeader:
+    "The header at `f`'s position, verified; `TablesError` (magic, header) naming what is wrong."
     raw = f.read(_FIXED.size)
-    if len(raw) < 8 or raw[:8] != SIDECAR_MAGIC:
+    if len(raw) < 8 or raw[:8] != TABLES_MAGIC:
         what = f"file is {len(raw)} bytes" if len(raw) < 8 else f"got {raw[:8]!r}"
-        raise SidecarError(path, "magic", f"expected {SIDECAR_MAGIC!r}, {what} (not an n-gram sidecar)")
+        raise TablesError(path, "magic", f"expected {TABLES_MAGIC!r}, {what} (not an n-gram sidecar)")
     if len(raw) < _FIXED.size:
-        raise SidecarError(path, "header", f"truncated: {len(raw)} of {_FIXED.size} fixed header bytes")
+        raise TablesError(path, "header", f"truncated: {len(raw)} of {_FIXED.size} fixed header bytes")
     _, version, n, table_step, train_step, slots, dim = _FIXED.unpack(raw)
-    if version not in (1, SIDECAR_VERSION):
-        raise SidecarError(path, "header", f"unknown version {version} (this dormouse reads 1 and {SIDECAR_VERSION})")
+    if version not in (1, TABLES_VERSION):
+        raise TablesError(path, "header", f"unknown version {version} (this dormouse reads 1 and {TABLES_VERSION})")
     if not 0 <= n <= _MAX_ORDERS:
-        raise SidecarError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
+        raise TablesError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
     rest = f.read(4 * n + 32)
     if len(rest) < 4 * n + 32:
-        raise SidecarError(path, "header", f"truncated: the orders and header checksum need {4 * n + 32} bytes, "
+        raise TablesError(path, "header", f"truncated: the orders and header checksum need {4 * n + 32} bytes, "
                            f"got {len(rest)}")
     body, digest = raw + rest[:4 * n], rest[4 * n:]
     if hashlib.sha256(body).digest() != digest:
-        raise SidecarError(path, "header", "checksum mismatch (corrupt header)")
+        raise TablesError(path, "header", "checksum mismatch (corrupt header)")
     orders = list(struct.unpack(f"<{n}I", rest[:4 * n]))
-    return SidecarHeader(version, orders, slots, dim, table_step, train_step, len(body) + 32)
+    return TablesHeader(version, orders, slots, dim, table_step, train_step, len(body) + 32)
 
-def read_sidecar_header(path) -> SidecarHeader:
+def read_tables_file_header(path) -> TablesHeader:
     "The verified header of a sidecar, without reading its payload (for `dormouse inspect` and rotation)."
     with open(path, "rb") as f:
         return _read_header(f, path)
@@ -120,17 +121,17 @@ def _digest_mismatch(want: int, got: int) -> str:
 def _check_trailer(path, name: str, version: int, h, trailer: bytes):
     "The stored digest of a section (None for version 1) once its trailer matches the running checksum `h`."
     if len(trailer) < 32:
-        raise SidecarError(path, name, "truncated: checksum missing")
+        raise TablesError(path, name, "truncated: checksum missing")
     if version == 1:
         if h.digest() != trailer:
-            raise SidecarError(path, name, "checksum mismatch (corrupt payload)")
+            raise TablesError(path, name, "checksum mismatch (corrupt payload)")
         return None
     h.update(trailer[:24])
     digest, check = _TRAILER.unpack(trailer)
     if h.intdigest() != check:
-        raise SidecarError(path, name, "checksum mismatch (corrupt payload or trailer)")
+        raise TablesError(path, name, "checksum mismatch (corrupt payload or trailer)")
     if trailer[8:24] != bytes(16):
-        raise SidecarError(path, name, "reserved trailer bytes are not zero")
+        raise TablesError(path, name, "reserved trailer bytes are not zero")
     return digest
 
 # %% ../nbs/08_sidecar.ipynb #5b37bffc
@@ -142,7 +143,7 @@ def _read_section(f, path, name: str, out: torch.Tensor, version: int):
     while pos < len(buf):
         n = f.readinto(buf[pos:pos + CHUNK_BYTES])
         if not n:
-            raise SidecarError(path, name, f"truncated: {pos} of {len(buf)} bytes")
+            raise TablesError(path, name, f"truncated: {pos} of {len(buf)} bytes")
         h.update(buf[pos:pos + n])
         pos += n
     digest = _check_trailer(path, name, version, h, f.read(32))
@@ -151,24 +152,24 @@ def _read_section(f, path, name: str, out: torch.Tensor, version: int):
     return digest
 
 # %% ../nbs/08_sidecar.ipynb #2d0aa5c3
-def _check_expected(path, hd: SidecarHeader, size: int, expect_train_step, expect_orders, expect_slots,
+def _check_expected(path, hd: TablesHeader, size: int, expect_train_step, expect_orders, expect_slots,
                     expect_dim) -> None:
-    "`SidecarError` for a shape or a stamp other than expected, or a file length other than the header's."
+    "`TablesError` for a shape or a stamp other than expected, or a file length other than the header's."
     for name, want, got in (("orders", expect_orders, hd.orders), ("slots", expect_slots, hd.slots),
                             ("dim", expect_dim, hd.dim)):
         if want is not None and (list(want) if name == "orders" else want) != got:
-            raise SidecarError(path, "header", f"{name}={got} in the sidecar but the run expects {name}={want}")
+            raise TablesError(path, "header", f"{name}={got} in the sidecar but the run expects {name}={want}")
     if expect_train_step is not None and hd.train_step != expect_train_step:
-        raise SidecarError(path, "train_step", f"sidecar is stamped train_step={hd.train_step} but the checkpoint is "
+        raise TablesError(path, "train_step", f"sidecar is stamped train_step={hd.train_step} but the checkpoint is "
                            f"at step {expect_train_step}: the tables belong to another step and would pair the wrong "
                            "state")
     if size < hd.file_bytes:
         sec = "weight" if size < hd.header_bytes + hd.section_bytes + 32 else "momentum"
-        raise SidecarError(path, sec, f"truncated: the file is {size} bytes, the header needs {hd.file_bytes}")
+        raise TablesError(path, sec, f"truncated: the file is {size} bytes, the header needs {hd.file_bytes}")
     if size > hd.file_bytes:
-        raise SidecarError(path, "trailer", f"{size - hd.file_bytes} unexpected bytes after the last section")
+        raise TablesError(path, "trailer", f"{size - hd.file_bytes} unexpected bytes after the last section")
 
-def _settle_digest(path, tables: NgramTables, hd: SidecarHeader, stored: list, check_digest: bool) -> None:
+def _settle_digest(path, tables: NgramTables, hd: TablesHeader, stored: list, check_digest: bool) -> None:
     "Trust the stored digests (version 2, unchecked) or recompute them from the rows and compare."
     if hd.version > 1 and not check_digest:
         tables._digest.trust(stored, tables.weight, tables.momentum)  # covered by the checksum; rows hashed lazily
@@ -176,10 +177,10 @@ def _settle_digest(path, tables: NgramTables, hd: SidecarHeader, stored: list, c
     tables._digest.seen = None  # written through numpy views: every row hash is recomputed by digest()
     for name, want, got in zip(("weight", "momentum"), stored, tables.digest()):
         if want is not None and want != got:
-            raise SidecarError(path, name, _digest_mismatch(want, got))
+            raise TablesError(path, name, _digest_mismatch(want, got))
 
 # %% ../nbs/08_sidecar.ipynb #e85598c6
-def load_sidecar(path,  # the sidecar file
+def load_tables_file(path,  # the sidecar file
                  expect_train_step: int | None = None,  # refuse a sidecar stamped with another training step
                  lr: float = 0.05,  # the run's ngram_lr (config, not stored)
                  momentum: float = 0.9,  # the run's ngram_momentum (config, not stored)
@@ -188,7 +189,7 @@ def load_sidecar(path,  # the sidecar file
                  expect_dim: int | None = None,  # refuse another row width
                  check_digest: bool = False,  # also recompute the stored digest from the rows (O(slots)) and compare
                 ) -> tuple:  # (NgramTables, train_step, table_step)
-    "Read and verify a sidecar; every failure is a `SidecarError` naming the path and section."
+    "Read and verify a sidecar; every failure is a `TablesError` naming the path and section."
     with open(path, "rb") as f:
         hd = _read_header(f, path)
         size = os.fstat(f.fileno()).st_size
@@ -196,23 +197,23 @@ def load_sidecar(path,  # the sidecar file
         try:
             tables = NgramTables(hd.orders, hd.slots, hd.dim, lr, momentum)
         except ValueError as e:
-            raise SidecarError(path, "header", str(e)) from None
+            raise TablesError(path, "header", str(e)) from None
         stored = [_read_section(f, path, s, t, hd.version) for s, t in (("weight", tables.weight),
                                                                           ("momentum", tables.momentum))]
         if f.read(1):
-            raise SidecarError(path, "trailer", "unexpected bytes after the last section")
+            raise TablesError(path, "trailer", "unexpected bytes after the last section")
     _settle_digest(path, tables, hd, stored, check_digest)
     tables.table_step = hd.table_step
     return tables, hd.train_step, hd.table_step
 
 # %% ../nbs/08_sidecar.ipynb #794ba683
-def verify_sidecar(path) -> SidecarHeader:
+def verify_tables_file(path) -> TablesHeader:
     "Check a sidecar's header, size, both payload checksums and (version 2) the digests, streaming, building no tables."
     with open(path, "rb") as f:
         hd = _read_header(f, path)
         size = os.fstat(f.fileno()).st_size
         if size != hd.file_bytes:
-            raise SidecarError(path, "header", f"the file is {size} bytes, its header says {hd.file_bytes}")
+            raise TablesError(path, "header", f"the file is {size} bytes, its header says {hd.file_bytes}")
         row = 4 * hd.dim
         buf = np.empty(max(1, CHUNK_BYTES // row) * row if hd.section_bytes else 1, dtype=np.uint8)
         for k, name in enumerate(("weight", "momentum")):
@@ -220,7 +221,7 @@ def verify_sidecar(path) -> SidecarHeader:
             while left:
                 n = f.readinto(memoryview(buf)[:min(left, len(buf))])
                 if not n or n % row and n < min(left, len(buf)):
-                    raise SidecarError(path, name, "truncated")
+                    raise TablesError(path, name, "truncated")
                 h.update(buf[:n])
                 left -= n
                 with np.errstate(over="ignore"):
@@ -229,7 +230,7 @@ def verify_sidecar(path) -> SidecarHeader:
                 r0 += n // row
             want = _check_trailer(path, name, hd.version, h, f.read(32))
             if want is not None and want != dg:
-                raise SidecarError(path, name, _digest_mismatch(want, dg))
+                raise TablesError(path, name, _digest_mismatch(want, dg))
     return hd
 
 # %% ../nbs/08_sidecar.ipynb #32a8d3c0
@@ -285,29 +286,29 @@ def save_delta(path,  # e.g. ckpt/step_000200.ngdelta
 
 # %% ../nbs/08_sidecar.ipynb #57eb9d43
 def _read_delta_header(f, path) -> DeltaHeader:
-    "The delta header at `f`'s position, verified; `SidecarError` (magic, header) naming what is wrong."
+    "The delta header at `f`'s position, verified; `TablesError` (magic, header) naming what is wrong."
     raw = f.read(_DFIXED.size)
     if len(raw) < 8 or raw[:8] != DELTA_MAGIC:
-        raise SidecarError(path, "magic", f"expected {DELTA_MAGIC!r}, got {raw[:8]!r} (not a table delta)")
+        raise TablesError(path, "magic", f"expected {DELTA_MAGIC!r}, got {raw[:8]!r} (not a table delta)")
     if len(raw) < _DFIXED.size:
-        raise SidecarError(path, "header", f"truncated: {len(raw)} of {_DFIXED.size} fixed header bytes")
+        raise TablesError(path, "header", f"truncated: {len(raw)} of {_DFIXED.size} fixed header bytes")
     _, version, n, slots, dim, bstep, step, btab, tab, rows = _DFIXED.unpack(raw)
     if version != DELTA_VERSION:
-        raise SidecarError(path, "header", f"unknown delta version {version} (this dormouse reads {DELTA_VERSION})")
+        raise TablesError(path, "header", f"unknown delta version {version} (this dormouse reads {DELTA_VERSION})")
     if not 0 <= n <= _MAX_ORDERS:
-        raise SidecarError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
+        raise TablesError(path, "header", f"n_orders={n} is out of range (header corrupt?)")
     rest = f.read(4 * n + 64)
     if len(rest) < 4 * n + 64:
-        raise SidecarError(path, "header", f"truncated: {len(rest)} of {4 * n + 64} bytes after the fixed header")
+        raise TablesError(path, "header", f"truncated: {len(rest)} of {4 * n + 64} bytes after the fixed header")
     if hashlib.sha256(raw + rest[:4 * n + 32]).digest() != rest[4 * n + 32:]:
-        raise SidecarError(path, "header", "checksum mismatch (corrupt header)")
+        raise TablesError(path, "header", "checksum mismatch (corrupt header)")
     if not (bstep < step and btab <= tab):
-        raise SidecarError(path, "header", f"base steps ({bstep}, {btab}) do not precede ({step}, {tab})")
+        raise TablesError(path, "header", f"base steps ({bstep}, {btab}) do not precede ({step}, {tab})")
     orders = list(struct.unpack(f"<{n}I", rest[:4 * n]))
     base_id = rest[4 * n:4 * n + 32].decode("ascii", "replace")
     return DeltaHeader(orders, slots, dim, bstep, step, btab, tab, rows, base_id, len(raw) + len(rest))
 
-def read_table_header(path) -> SidecarHeader | DeltaHeader:
+def read_table_header(path) -> TablesHeader | DeltaHeader:
     "The verified header of a full sidecar or a delta, by its magic, without reading the payload."
     with open(path, "rb") as f:
         magic = f.read(8)
@@ -316,21 +317,21 @@ def read_table_header(path) -> SidecarHeader | DeltaHeader:
 
 # %% ../nbs/08_sidecar.ipynb #a7e90328
 def load_delta(path) -> tuple:
-    "(TableDelta, DeltaHeader) of a verified delta file; every failure is a `SidecarError` naming the section."
+    "(TableDelta, DeltaHeader) of a verified delta file; every failure is a `TablesError` naming the section."
     with open(path, "rb") as f:
         hd = _read_delta_header(f, path)
         if os.fstat(f.fileno()).st_size != hd.file_bytes:
-            raise SidecarError(path, "file", f"{os.fstat(f.fileno()).st_size} bytes, the header says {hd.file_bytes}")
+            raise TablesError(path, "file", f"{os.fstat(f.fileno()).st_size} bytes, the header says {hd.file_bytes}")
         rows = np.empty(hd.n_rows, "<i8")
         w, m = np.empty((hd.n_rows, hd.dim), "<f4"), np.empty((hd.n_rows, hd.dim), "<f4")
         digests = []
         for name, arr in (("rows", rows), ("weight", w), ("momentum", m)):  # read in place: one copy of the rows
             buf = memoryview(arr).cast("B")
             if f.readinto(buf) != len(buf):
-                raise SidecarError(path, name, "truncated")
+                raise TablesError(path, name, "truncated")
             digests.append(_check_trailer(path, name, 2, xxhash.xxh3_64(buf), f.read(32)))
     if len(rows) and (rows[0] < 0 or rows[-1] >= len(hd.orders) * hd.slots or (np.diff(rows) <= 0).any()):
-        raise SidecarError(path, "rows", "row numbers are not sorted, unique and inside the tables")
+        raise TablesError(path, "rows", "row numbers are not sorted, unique and inside the tables")
     t = [torch.from_numpy(a.astype(a.dtype.newbyteorder("="), copy=False)) for a in (rows, w, m)]
     return TableDelta(hd.orders, hd.slots, hd.dim, hd.table_step, *t, tuple(digests[1:])), hd
 
@@ -338,7 +339,7 @@ def table_file_id(path) -> str:
     "The id of a full sidecar or delta: sha256 of its stored checksums (header, each trailer); a few small reads."
     hd = read_table_header(path)
     if Path(path).stat().st_size != hd.file_bytes:
-        raise SidecarError(path, "file", f"{Path(path).stat().st_size} bytes, its header says {hd.file_bytes}")
+        raise TablesError(path, "file", f"{Path(path).stat().st_size} bytes, its header says {hd.file_bytes}")
     secs = hd.section_bytes if isinstance(hd, DeltaHeader) else (hd.section_bytes, hd.section_bytes)
     offs, end = [hd.header_bytes - 32], hd.header_bytes
     for n in secs:
@@ -351,25 +352,25 @@ def table_file_id(path) -> str:
     return h.hexdigest()[:32]
 
 # %% ../nbs/08_sidecar.ipynb #34550ad3
-ZERO_BASE = {"file": None, "train_step": 0, "table_step": 0, "id": "0" * 32}  # a fresh run's tables: zeros, no file
+ZERO_TABLES = {"file": None, "train_step": 0, "table_step": 0, "id": "0" * 32}  # a fresh run's tables: zeros, no file
 
 def check_link(path,  # a delta
                hd: DeltaHeader,  # its verified header
                prev,  # the file it should apply to; None: zero tables (a fresh run's start)
               ) -> None:
-    "`SidecarError` (chain) unless the delta applies to `prev`: same shape, `prev`'s steps, `prev`'s id."
+    "`TablesError` (chain) unless the delta applies to `prev`: same shape, `prev`'s steps, `prev`'s id."
     base = "zero tables (a fresh run's start)" if prev is None else Path(prev).name
     ph = None if prev is None else read_table_header(prev)
-    want = ZERO_BASE if ph is None else {"train_step": ph.train_step, "table_step": ph.table_step}
+    want = ZERO_TABLES if ph is None else {"train_step": ph.train_step, "table_step": ph.table_step}
     if ph is not None and (hd.orders, hd.slots, hd.dim) != (ph.orders, ph.slots, ph.dim):
-        raise SidecarError(path, "chain", f"rows of orders={hd.orders} slots={hd.slots} dim={hd.dim}, but its base "
+        raise TablesError(path, "chain", f"rows of orders={hd.orders} slots={hd.slots} dim={hd.dim}, but its base "
                            f"{base} holds orders={ph.orders} slots={ph.slots} dim={ph.dim}")
     if (hd.base_train_step, hd.base_table_step) != (want["train_step"], want["table_step"]):
-        raise SidecarError(path, "chain", f"its base is at train_step {hd.base_train_step}, table_step "
+        raise TablesError(path, "chain", f"its base is at train_step {hd.base_train_step}, table_step "
                            f"{hd.base_table_step}, but {base} is at {want['train_step']}, {want['table_step']}")
-    want_id = ZERO_BASE["id"] if prev is None else table_file_id(prev)
+    want_id = ZERO_TABLES["id"] if prev is None else table_file_id(prev)
     if hd.base_id != want_id:
-        raise SidecarError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {base} ({want_id[:12]}): "
+        raise TablesError(path, "chain", f"its base id {hd.base_id[:12]} is not the id of {base} ({want_id[:12]}): "
                            "a delta of another file (replaced, or another run's)")
 
 def _chain_start(paths, lr: float, momentum: float) -> tuple:
@@ -377,7 +378,7 @@ def _chain_start(paths, lr: float, momentum: float) -> tuple:
     hd = read_table_header(paths[0])
     if isinstance(hd, DeltaHeader):  # a chain that starts on a fresh run's zero tables
         return NgramTables(hd.orders, hd.slots, hd.dim, lr, momentum), 0, None, list(paths)
-    tables, step, _ = load_sidecar(paths[0], lr=lr, momentum=momentum)
+    tables, step, _ = load_tables_file(paths[0], lr=lr, momentum=momentum)
     return tables, step, paths[0], list(paths[1:])
 
 # %% ../nbs/08_sidecar.ipynb #18af585f
@@ -394,12 +395,12 @@ def load_chain(paths,  # [full sidecar or a first delta on zero tables, delta, .
         got = tables.apply(d)
         if tuple(got) != tuple(d.digest):
             base = "zero tables" if prev is None else Path(prev).name
-            raise SidecarError(path, "chain", f"applied to {base} its rows give the digests {got[0]:016x} "
+            raise TablesError(path, "chain", f"applied to {base} its rows give the digests {got[0]:016x} "
                                f"{got[1]:016x}, it records {d.digest[0]:016x} {d.digest[1]:016x}: not a delta of that "
                                "base")
         step, prev = hd.train_step, path
     if expect_train_step is not None and step != expect_train_step:
-        raise SidecarError(paths[-1], "train_step", f"the chain ends at train_step {step}, the checkpoint is at "
+        raise TablesError(paths[-1], "train_step", f"the chain ends at train_step {step}, the checkpoint is at "
                            f"step {expect_train_step}")
     return tables, step, tables.table_step
 
@@ -412,7 +413,7 @@ def _base_slices(src, path, n_rows: int, dim: int, rows_per: int, version: int, 
         buf = np.zeros((r1 - r0, dim), dtype="<f4")
         if src is not None:
             if src.readinto(memoryview(buf).cast("B")) != buf.nbytes:
-                raise SidecarError(path, name, "truncated while compacting")
+                raise TablesError(path, name, "truncated while compacting")
             h.update(memoryview(buf).cast("B"))
         yield r0, r1, buf
     if src is not None:
@@ -432,8 +433,8 @@ def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngr
                    last: TableDelta,  # the rows touched since the base's newest file
                    train_step: int,  # the training step of the checkpoint it pairs with
                   ) -> Path:
-    "The full sidecar of `chain` with `last` applied, streamed: what `save_sidecar` of the tables writes, uncopied."
-    full = chain[0] if chain and isinstance(read_table_header(chain[0]), SidecarHeader) else None
+    "The full sidecar of `chain` with `last` applied, streamed: what `save_tables_file` of the tables writes, uncopied."
+    full = chain[0] if chain and isinstance(read_table_header(chain[0]), TablesHeader) else None
     deltas = [load_delta(q)[0] for q in chain[1 if full else 0:]] + [last]  # the chain's rows: the memory it takes
     n_rows, rows_per = len(last.orders) * last.slots, max(1, CHUNK_BYTES // (4 * last.dim))
     def write(f):
@@ -441,7 +442,7 @@ def save_compacted(path,  # the full sidecar to write, e.g. ckpt/step_000900.ngr
         with open(full, "rb") if full else contextlib.nullcontext() as src:
             hd = _read_header(src, full) if full else None
             if hd is not None and (hd.orders, hd.slots, hd.dim) != (list(last.orders), last.slots, last.dim):
-                raise SidecarError(full, "header", "a base of another shape than the rows laid over it")
+                raise TablesError(full, "header", "a base of another shape than the rows laid over it")
             for k, (name, dg) in enumerate((("weight", last.digest[0]), ("momentum", last.digest[1]))):
                 base = _base_slices(src, full, n_rows, last.dim, rows_per, getattr(hd, "version", 2), name)
                 layers = [(d.rows.numpy(), (d.weight, d.momentum)[k].numpy()) for d in deltas]

@@ -20,7 +20,7 @@ from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_en
 from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import LoadedCheckpoint, check_pin, corpus_stamp, find_latest, make_pin, new_run_id
+from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
@@ -93,7 +93,7 @@ def _check_plan(cfg: TrainCfg, paths: RunPaths) -> dict:
 
 def _newest_checkpoint(cfg: TrainCfg, paths: RunPaths, run_id: str | None, device: str) -> LoadedCheckpoint:
     "The newest complete checkpoint, its identity checked once before its tables load (`checked`); or a refusal."
-    pinned = functools.partial(check_pin, cfg=cfg, run_id=run_id)  # another run: CheckpointError; plan: DriftError
+    pinned = functools.partial(check_identity, cfg=cfg, run_id=run_id)  # another run: CheckpointError; plan: DriftError
     found = find_latest(paths.ckpt_dir, cfg, device=device, check=pinned)
     if found is None:
         raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
@@ -144,7 +144,7 @@ class Segment:
     start: int  # first step this segment trains
     rows: list  # metrics rows of the whole run so far
     lead: bool  # rank 0: the one writer
-    identity: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
+    identity: dict | None = None  # `make_identity`: the plan, run id and corpus stamp every checkpoint records and checks
     tables_start: TablesStart = TablesStart(None)  # `start_tables`: what the first checkpoint's table delta chains to
     resume: Resume | None = None  # what this segment's resume found and checked; None: a fresh segment
 
@@ -178,7 +178,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     lineage = read_lineage(paths.root) if r else []
     rows = [row for row in read_metrics(paths.root) if row["step"] < parts.step] if r else []
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
-    identity = make_pin(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
+    identity = make_identity(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
     seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead, identity,
                   start_tables(parts.tables, r.tables_file if r else None), r)
     if seg.lead and r and parts.step == cfg.steps:  # nothing to train, so nothing is written

@@ -17,7 +17,7 @@ from dormouse.testing import assert_same_run, state_diff, tiny_cfg
 from dormouse.train import fit
 
 
-WRITERS = {"save_sidecar": 2, "save_delta": 2, "save_compacted": 3}  # the tables writers: where each takes train_step
+WRITERS = {"save_tables_file": 2, "save_delta": 2, "save_compacted": 3}  # the tables writers: where each takes train_step
 
 
 def failing_at(step, real, pos):

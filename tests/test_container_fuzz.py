@@ -17,7 +17,7 @@ from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_
 from dormouse.numerics import numeric_env
 from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import read_sidecar_header, save_sidecar
+from dormouse.sidecar import read_tables_file_header, save_tables_file
 from dormouse.rng import keyed_normal, keyed_randint, keyed_uniform
 from dormouse.stress import StressMonitor
 
@@ -301,13 +301,13 @@ def test_sidecar_damage_and_mismatch(tmp_path):
             load_run_ckpt(tmp_path / "step_000100.dmck")
         assert ei.value.section == "sidecar"
     # another step's sidecar: both steps named
-    save_sidecar(sp, tables, 90)
+    save_tables_file(sp, tables, 90)
     with pytest.raises(CheckpointError, match="train_step 90 .* at step 100"):
         load_run_ckpt(tmp_path / "step_000100.dmck")
     # another run's sidecar at the same step: refused by identity
     other = NgramTables([2, 3], 32, 4)
     other.table_step = 100
-    save_sidecar(sp, other, 100)
+    save_tables_file(sp, other, 100)
     with pytest.raises(CheckpointError, match="another run"):
         load_run_ckpt(tmp_path / "step_000100.dmck")
     with pytest.raises(CheckpointError, match="another run"):
@@ -394,7 +394,7 @@ def test_describe_verifies_the_sidecar_payload(tmp_path):
     cp, sp = tmp_path / "step_000100.dmck", tmp_path / "step_000100.ngram"
     assert "matches" in describe(cp) and describe(cp).endswith("verdict: loads")
     good = sp.read_bytes()
-    hd = read_sidecar_header(sp)
+    hd = read_tables_file_header(sp)
     for pos in (hd.header_bytes, hd.header_bytes + hd.section_bytes - 1, hd.file_bytes - 33 - 7):  # weight, momentum
         bad = bytearray(good)
         bad[pos] ^= 0x01
@@ -403,7 +403,7 @@ def test_describe_verifies_the_sidecar_payload(tmp_path):
         assert "matches" not in out and "checksum mismatch" in out and "verdict: REFUSED" in out, out
         with pytest.raises(CheckpointError, match="checksum mismatch"):
             load_run_ckpt(cp)
-    save_sidecar(sp, NgramTables([2, 3], 32, 4), 100)  # intact, but another run's tables
+    save_tables_file(sp, NgramTables([2, 3], 32, 4), 100)  # intact, but another run's tables
     assert "DOES NOT MATCH" in describe(cp) and "verdict: REFUSED" in describe(cp)
     sp.write_bytes(good)
     assert describe(cp).endswith("verdict: loads")

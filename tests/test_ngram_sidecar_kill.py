@@ -7,7 +7,7 @@ import os, signal, subprocess, sys, time
 import torch
 
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import load_sidecar, save_sidecar
+from dormouse.sidecar import load_tables_file, save_tables_file
 from dormouse.rng import keyed_uniform
 
 KILLS = 8
@@ -16,19 +16,19 @@ ORDERS, SLOTS, DIM = [2, 3], 1 << 16, 64  # 32 MiB per tensor: a write takes lon
 WRITER = f"""
 import sys, torch
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import save_sidecar
+from dormouse.sidecar import save_tables_file
 t = NgramTables({ORDERS}, {SLOTS}, {DIM})
 path, start = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
 for s in range(start, start + 10_000):
     t.weight.fill_(float(s)); t.momentum.fill_(-float(s)); t.table_step = s
-    save_sidecar(path, t, train_step=s)
+    save_tables_file(path, t, train_step=s)
     print(s, flush=True)
 """
 
 
 def check(path):
-    tables, train_step, table_step = load_sidecar(path)
+    tables, train_step, table_step = load_tables_file(path)
     assert table_step == train_step
     assert torch.equal(tables.weight, torch.full_like(tables.weight, float(train_step)))
     assert torch.equal(tables.momentum, torch.full_like(tables.momentum, -float(train_step)))
@@ -41,7 +41,7 @@ def test_sidecar_survives_kill9(tmp_path):
     t.weight.fill_(100.0)
     t.momentum.fill_(-100.0)
     t.table_step = 100
-    save_sidecar(path, t, train_step=100)
+    save_tables_file(path, t, train_step=100)
     assert check(path) == 100
     delays = keyed_uniform(seed=2026, step=1, stream=99, n=KILLS)
     last, torn = 100, 0

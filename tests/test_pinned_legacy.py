@@ -8,7 +8,7 @@ import pytest
 
 from dormouse.checkpoints import load_run_ckpt
 from dormouse.container import CheckpointError, load_ckpt, write_v1, write_v2
-from dormouse.sidecar import load_sidecar, save_sidecar
+from dormouse.sidecar import load_tables_file, save_tables_file
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
@@ -38,7 +38,7 @@ def _legacy_at(src, dst, step, version, sidecar: bool):
             q.unlink()
     (write_v1 if version == 1 else write_v2)(p, load_ckpt(p))
     if sidecar:
-        save_sidecar(p.with_suffix(".ngram"), tables, step)
+        save_tables_file(p.with_suffix(".ngram"), tables, step)
     return p
 
 
@@ -72,9 +72,9 @@ def test_legacy_container_with_a_sidecar_of_its_step_resumes_loudly(runs, tmp_pa
 def test_legacy_sidecar_whose_table_step_is_not_the_containers_step_is_refused(runs, tmp_path):
     run = tmp_path / "badstep"
     p = _legacy_at(runs / "tables", run, 10, 2, sidecar=True)
-    tables, train_step, _ = load_sidecar(p.with_suffix(".ngram"))
+    tables, train_step, _ = load_tables_file(p.with_suffix(".ngram"))
     tables.table_step = 9
-    save_sidecar(p.with_suffix(".ngram"), tables, train_step)
+    save_tables_file(p.with_suffix(".ngram"), tables, train_step)
     with pytest.raises(CheckpointError, match="table_step 9.*equals the container's step \\(10\\)"):
         fit(_cfg(), run, resume=True, progress=False)
 

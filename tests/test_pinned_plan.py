@@ -6,7 +6,7 @@ import dataclasses, shutil
 import pytest
 
 from dormouse.checkpoints import load_run_ckpt, plan_sha256
-from dormouse.sidecar import save_sidecar
+from dormouse.sidecar import save_tables_file
 from dormouse.cli import main
 from dormouse.config import DriftError, cfg_from_dict, read_snapshot
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
@@ -100,7 +100,7 @@ def test_a_sidecar_alone_of_another_shape_is_refused(runs, tmp_path):
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
     save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), sidecar=None, pin=None, missing=["x: converted"]))
     other = load_run_ckpt(RunPaths(runs / "slots2048").ckpt_dir / "step_000010.dmck")[1]
-    save_sidecar(ck_path.with_suffix(".ngram"), other, 10)  # a pre-pin container pairs with the .ngram beside it
+    save_tables_file(ck_path.with_suffix(".ngram"), other, 10)  # a pre-pin container pairs with the .ngram beside it
     with pytest.raises(CheckpointError, match="slots=2048.*slots=1024"):
         fit(_cfg(), run, resume=True, progress=False)
 

@@ -10,7 +10,7 @@ import torch
 
 import dormouse.ngram as ng
 from dormouse.ngram import NgramTables, fingerprint_update
-from dormouse.sidecar import SidecarError, load_sidecar, save_sidecar, verify_sidecar
+from dormouse.sidecar import TablesError, load_tables_file, save_tables_file, verify_tables_file
 from dormouse.rng import keyed_normal, keyed_randint
 
 STREAM_TEST = 151  # keyed stream for this file's bytes and fills (not a training stream)
@@ -86,10 +86,10 @@ def test_every_single_bit_changes_the_fingerprint():
 def test_sidecar_round_trip_and_resume(tmp_path):
     "The saved digest is checked against the loaded rows; a resumed table keeps the digest of the uninterrupted one."
     a = train(NgramTables(ORDERS, SLOTS, DIM), 12, fingerprint_every=3)
-    p = save_sidecar(tmp_path / "step_000012.ngram", a, train_step=12)
-    b, step, _ = load_sidecar(p, expect_train_step=12)  # trusts the stored digest; row hashes come at first touch
+    p = save_tables_file(tmp_path / "step_000012.ngram", a, train_step=12)
+    b, step, _ = load_tables_file(p, expect_train_step=12)  # trusts the stored digest; row hashes come at first touch
     assert b.digest() == a.digest() == b.full_digest() and fp(a) == fp(b)
-    c = load_sidecar(p, check_digest=True)[0]
+    c = load_tables_file(p, check_digest=True)[0]
     assert c.digest() == a.digest()
     train(a, 9, start=12, fingerprint_every=2)
     train(b, 9, start=12, fingerprint_every=5)
@@ -98,21 +98,21 @@ def test_sidecar_round_trip_and_resume(tmp_path):
 
 
 def test_a_wrong_kept_digest_is_refused_when_checked(tmp_path):
-    "A bug in the bookkeeping (simulated: a kept sum off by one bit) is caught by a checked load and by verify_sidecar."
+    "A bug in the bookkeeping (simulated: a kept sum off by one bit) is caught by a checked load and by verify_tables_file."
     for k, section in ((0, "weight"), (1, "momentum")):
         t = train(NgramTables(ORDERS, SLOTS, DIM), 4)
         t.digest()
         t._digest.sums[k] ^= 1 << 40
-        p = save_sidecar(tmp_path / f"bad{k}.ngram", t, train_step=4)
-        with pytest.raises(SidecarError, match="digest mismatch") as e:
-            load_sidecar(p, check_digest=True)
+        p = save_tables_file(tmp_path / f"bad{k}.ngram", t, train_step=4)
+        with pytest.raises(TablesError, match="digest mismatch") as e:
+            load_tables_file(p, check_digest=True)
         assert e.value.section == section
-        with pytest.raises(SidecarError, match="digest mismatch") as e:
-            verify_sidecar(p)  # what `dormouse inspect` runs
+        with pytest.raises(TablesError, match="digest mismatch") as e:
+            verify_tables_file(p)  # what `dormouse inspect` runs
         assert e.value.section == section
         t._digest.sums[k] ^= 1 << 40
-        p = save_sidecar(tmp_path / f"good{k}.ngram", t, train_step=4)
-        assert verify_sidecar(p).version == 2 and load_sidecar(p, check_digest=True)[0].digest() == t.digest()
+        p = save_tables_file(tmp_path / f"good{k}.ngram", t, train_step=4)
+        assert verify_tables_file(p).version == 2 and load_tables_file(p, check_digest=True)[0].digest() == t.digest()
 
 
 def test_writes_outside_step_are_seen():

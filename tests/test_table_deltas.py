@@ -16,7 +16,7 @@ from dormouse.container import CheckpointError
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_randint
 from dormouse.rundir import RunPaths
-from dormouse.sidecar import SidecarError, load_chain, save_delta, save_sidecar
+from dormouse.sidecar import TablesError, load_chain, save_delta, save_tables_file
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
 
@@ -122,7 +122,7 @@ def test_a_delta_applied_to_another_base_is_refused_by_its_digest(tmp_path):
     base, other = NgramTables([2, 3], 256, 4), NgramTables([2, 3], 256, 4)
     _stepped(base, 1, 3)
     _stepped(other, 2, 3)
-    full = save_sidecar(tmp_path / "step_000003.ngram", base, 3)
+    full = save_tables_file(tmp_path / "step_000003.ngram", base, 3)
     base.take_touched()
     _stepped(base, 3, 2)
     delta = base.delta(base.take_touched())
@@ -130,11 +130,11 @@ def test_a_delta_applied_to_another_base_is_refused_by_its_digest(tmp_path):
     tables, step, _ = load_chain([full, good])
     assert torch.equal(tables.weight, base.weight) and torch.equal(tables.momentum, base.momentum) and step == 5
     # another base with the same steps, and a delta that names it: every header check passes, the digest cannot
-    wrong = save_sidecar(tmp_path / "other.ngram", other, 3)
+    wrong = save_tables_file(tmp_path / "other.ngram", other, 3)
     forged = save_delta(tmp_path / "forged.ngdelta", delta, 5, sidecar_id(wrong))
-    with pytest.raises(SidecarError, match="not a delta of that base"):
+    with pytest.raises(TablesError, match="not a delta of that base"):
         load_chain([wrong, forged])
-    with pytest.raises(SidecarError, match="a delta of another file"):
+    with pytest.raises(TablesError, match="a delta of another file"):
         load_chain([wrong, good])
 
 
