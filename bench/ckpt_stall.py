@@ -4,7 +4,7 @@ as a ratio of the synchronous save of the same state.
 Plain script: `python bench/ckpt_stall.py [--reps 7] [--slots N] [--steps 3] [--dir DIR]`. The default model
 (`TrainCfg()` defaults; `--slots` overrides `model.ngram_slots`) is trained a few steps so the optimiser moments and the
 tables are filled, then, on that one state, measured in this run:
-- sync save: `save_run_ckpt` (sidecar + container, fsync, rename, rotation) — what the loop paid before;
+- sync save: `save_run_ckpt` (tables file + container, fsync, rename, rotation) — what the loop paid before;
 - loop stall: `Committer.submit` with the previous commit already done (the steady state whenever a commit takes less
   than `ckpt_every` steps): `to_run_state` + the snapshot copy (into the previous snapshot's memory) + handing it to
   the commit thread;
@@ -35,7 +35,7 @@ def trained_parts(cfg: TrainCfg, steps: int):
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     parts, pb = build_parts(cfg), pre_batches(cfg)
     for s in range(steps):
-        train_step(parts, corpus, cfg, s, pb, "cpu")
+        train_step(parts, corpus, cfg, s, probe_batches=pb, device="cpu")
     return parts
 
 

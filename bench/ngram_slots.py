@@ -19,7 +19,7 @@ One thread by default (`--threads`): the question is how the per-row memory cost
 on a shared machine extra threads mostly measure the neighbours. The load average is printed with the result.
 
 Both tables are allocated by `NgramTables` (huge-page-advised memory on Linux, every page faulted in at
-construction), so no step pays first-touch page faults; a table loaded from a sidecar is fully written too.
+construction), so no step pays first-touch page faults; a table loaded from a tables file is fully written too.
 
 Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target.
 Usage: .venv/bin/python bench/ngram_slots.py [--data corpus|random] [--small 16] [--big 22] [--repeats 400] ...

@@ -15,12 +15,12 @@ Measured, and printed as ratios (PASS/FAIL against the issue's targets; exit sta
 - a cycle of FULL_EVERY checkpoints of the big state through `dormouse.commit.Committer` (background commits, table
   deltas), `--ckpt-every` table steps apart on the trainer's batches — what `fit` does at `ckpt_every=100`:
   - loop stall per checkpoint / synchronous save: the time `submit` holds the loop (the snapshot: the rows touched
-    since the previous checkpoint; the cycle's full sidecar is compacted from the chain on disk in the background),
+    since the previous checkpoint; the cycle's tables file is compacted from the chain on disk in the background),
     averaged over the cycle and for the full checkpoint alone, over one synchronous `save_run_ckpt` of the state;
   - bytes written per checkpoint / full state size: container + tables file of each checkpoint, averaged over the
-    cycle (FULL_EVERY - 1 deltas on the synchronous save, then one compacted full sidecar);
+    cycle (FULL_EVERY - 1 deltas on the synchronous save, then one compacted tables file);
   - peak extra memory during the cycle / state size (VmHWM reset through /proc/self/clear_refs, Linux).
-- resume / torch.load: `load_run_ckpt` of the cycle's last checkpoint (the full sidecar and every delta of its chain
+- resume / torch.load: `load_run_ckpt` of the cycle's last checkpoint (the tables file and every delta of its chain
   replayed, every byte checksummed, each delta's digest checked) over `torch.load(weights_only=True)` of a
   `torch.save` of the same tensors (which verifies nothing); after an fsync of both, alternating, best of
   `--load-rounds`, each file read through once just before its load.
@@ -41,7 +41,7 @@ from dormouse.commit import FULL_EVERY, Committer, start_tables  # noqa: E402
 from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
 from dormouse.container import load_ckpt  # noqa: E402
 from dormouse.data import load_corpus  # noqa: E402
-from dormouse.ngram import tensor_chunks  # noqa: E402
+from dormouse.tables_file import tensor_chunks  # noqa: E402
 from dormouse.numerics import numeric_env  # noqa: E402
 from dormouse.parts import build_parts, state_fingerprint, to_run_state  # noqa: E402
 
@@ -179,7 +179,7 @@ def main(argv=None):
         }
         t_tsave, _ = timed(lambda: torch.save(obj, tpath))
         digest = digests[-2]
-        assert load_run_ckpt(cks[-1])[1].digest() == digests[-1], "the compacted sidecar is not the live tables"
+        assert load_run_ckpt(cks[-1])[1].digest() == digests[-1], "the compacted tables file is not the live tables"
         obj = state = p = parts = tb = commits = None  # free them (closed over by the lambdas above: rebound)
         gc.collect()
         os.sync()  # no writeback of the files competes with the reads
@@ -237,7 +237,7 @@ def main(argv=None):
     rows = [  # (what, ratio, target)
         (f"fingerprint time 2^{big} / 2^{a.small} slots", fp_ratio, 1.10),
         ("loop stall per checkpoint / synchronous save (cycle mean)", statistics.mean(stalls) / t_save, 0.25),
-        ("loop stall of the cycle's full-sidecar checkpoint / synchronous save", stalls[full] / t_save, 0.25),
+        ("loop stall of the cycle's tables-file checkpoint / synchronous save", stalls[full] / t_save, 0.25),
         (f"bytes written per checkpoint / full state size (cycle mean, ckpt_every={a.ckpt_every})",
          statistics.mean(written) / nbytes, 0.20),
         ("resume (load_run_ckpt of a full chain) / torch.load(weights_only=True)", t_load / t_tload, 0.70),

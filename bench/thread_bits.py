@@ -95,10 +95,10 @@ def main(argv=None) -> int:
         for n in threads:
             torch.set_num_threads(n)
             parts = build_parts(cfg)
-            run_probes(parts, corpus, cfg, "cpu", log=lambda msg: None)
+            run_probes(parts, corpus, cfg, device="cpu", log=lambda msg: None)
             fps[n] = []
             for s in range(a.steps):
-                train_step(parts, corpus, cfg, s, pre_batches(cfg), "cpu")
+                train_step(parts, corpus, cfg, s, probe_batches=pre_batches(cfg), device="cpu")
                 fps[n].append(state_fingerprint(parts))
             print(f"  default model, {n} thread(s): {' '.join(fps[n])}")
         same = len({tuple(v) for v in fps.values()}) == 1

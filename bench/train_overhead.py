@@ -2,7 +2,7 @@
 """What `fit` costs over the bare arithmetic of training, and how much of the CPU that arithmetic uses.
 
 1. fit / hand-loop steps/s (target >= 0.95). Around every `train_step`, `fit` adds a metrics row, a sha256
-   state fingerprint at log cadence, and a checkpoint (sidecar + container, fsynced, rotated) every
+   state fingerprint at log cadence, and a checkpoint (tables file + container, fsynced, rotated) every
    `ckpt_every` steps (here 50 and 10, eval off, progress off). The hand loop is the same training with none
    of that: per step the batch `corpus.batch_at(step + pre_batches)`, `tables.lookup`, `compute_losses`,
    `zero_grad`, `backward`, `clip_grad_norm_`, set lr, `optim.step`, `tables.step` -- nothing else. Both
@@ -50,6 +50,7 @@ import argparse, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+import dormouse.commit as commit_mod
 import dormouse.train as train_mod
 from dormouse.config import TrainCfg
 from dormouse.data import load_corpus
@@ -74,7 +75,7 @@ class HandLoop:
         cfg, model, optim, tables = self.cfg, self.parts.model, self.parts.optim, self.parts.tables
         x, y = self.corpus.batch_at(step + self.pb, cfg.batch, cfg.seq_len)
         feats = tables.lookup(x)
-        loss, _, _ = compute_losses(model, None, x, y, cfg.model.depth, feats, None, 0.0)
+        loss, _, _ = compute_losses(model, x, y, depth=cfg.model.depth, ngram=feats)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], self.clip)
@@ -115,19 +116,18 @@ class Timers:
     `pair` a hand-loop step runs next to each of fit's `train_step` calls (after it on even steps, before it on
     odd ones), timed separately by step."""
 
-    FUNCS = (
-        "train_step",
-        "state_fingerprint",
-        "to_run_state",
-        "save_run_ckpt",
-        "append_jsonl",
-        "write_jsonl",
-        "evaluate",
-        "check_fingerprints",
-        "agree_max",
-        "barrier",
+    FUNCS = (  # (module, name): where fit looks each one up when it calls it
+        (train_mod, "train_step"),
+        (train_mod, "state_fingerprint"),
+        (train_mod, "to_run_state"),
+        (commit_mod, "save_run_ckpt"),  # the committer's write, on its thread
+        (train_mod, "write_jsonl"),
+        (train_mod, "evaluate"),
+        (train_mod, "check_fingerprints"),
+        (train_mod, "agree_max"),
+        (train_mod, "barrier"),
     )
-    METHODS = ("write", "sync")  # of MetricsLog, where dormouse.train has one
+    METHODS = ("write", "sync")  # of dormouse.train's MetricsLog
 
     def __init__(self):
         self.calls: dict[str, list[float]] = {}
@@ -166,12 +166,15 @@ class Timers:
         self._undo.append((owner, attr, orig))
 
     def __enter__(self):
-        for f in self.FUNCS:
-            if hasattr(train_mod, f):
-                self._wrap(train_mod, f, f)
-        if hasattr(train_mod, "MetricsLog"):
-            for m in self.METHODS:
-                self._wrap(train_mod.MetricsLog, m, f"MetricsLog.{m}")
+        missing = [f"{mod.__name__}.{f}" for mod, f in self.FUNCS if not hasattr(mod, f)]
+        missing += [f"dormouse.train.MetricsLog.{m}" for m in self.METHODS if not hasattr(train_mod.MetricsLog, m)]
+        if missing:  # a renamed function would silently drop out of the table: refuse instead
+            raise SystemExit(f"bench/train_overhead.py: {', '.join(missing)} not found: the loop changed; update "
+                             "Timers.FUNCS / METHODS to what fit calls now")
+        for mod, f in self.FUNCS:
+            self._wrap(mod, f, f)
+        for m in self.METHODS:
+            self._wrap(train_mod.MetricsLog, m, f"MetricsLog.{m}")
         return self
 
     def __exit__(self, *exc):
@@ -193,7 +196,7 @@ def step_flops(cfg: TrainCfg, corpus) -> tuple[int, dict]:
         aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd,
     }
     with FlopCounterMode(display=False, custom_mapping=mapping) as fc:
-        loss, _, _ = compute_losses(parts.model, None, x, y, cfg.model.depth, parts.tables.lookup(x), None, 0.0)
+        loss, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=parts.tables.lookup(x))
         loss.backward()
     return fc.get_total_flops(), {str(k): v for k, v in fc.get_flop_counts()["Global"].items()}
 

@@ -11,12 +11,12 @@ from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg,
                              config_error, field_types, flatten, load_cfg, read_snapshot, validate)
 from .fsio import MAX_INT_DIGITS
 from .container import CheckpointError
-from .checkpoints import describe
+from .report import describe
 from .commit import CommitError
 from .data import CorpusError
 from .infer import generate, load_model_weights
 from .serve import serve
-from .sidecar import TablesError
+from .tables_file import TablesError
 from .precompute import precompute_jepa_targets
 from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError

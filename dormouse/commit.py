@@ -5,17 +5,19 @@
 # %% ../nbs/14_commit.ipynb #5237184f
 from __future__ import annotations
 import copy, warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 import torch
-from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id, table_chain
+from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, table_chain
 from .container import RunState
 from .ngram import NgramTables
-from .sidecar import ZERO_TABLES
+from .tables_file import TablesId
+from .deltas import ZERO_TABLES, tables_id
 
 # %% auto #0
-__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer', 'TablesStart', 'start_tables']
+__all__ = ['FULL_EVERY', 'Snapshot', 'snapshot', 'CommitError', 'TablesStart', 'TablesChoice', 'PendingCommit', 'Committer',
+           'start_tables']
 
 # %% ../nbs/14_commit.ipynb #bgc0ex01
 def _copy_tree(v, old=None):
@@ -32,22 +34,27 @@ def _copy_tree(v, old=None):
         return type(v)(_copy_tree(x, o) for x, o in zip(v, old))
     return copy.deepcopy(v)
 
+class Snapshot(NamedTuple):
+    "A copy of the run state and its tables that the loop no longer touches: what a commit writes."
+    state: RunState | None  # the run state, sharing no tensor with the live one
+    tables: object = None  # NgramTables (a whole copy), a TableDelta (the rows touched), or None
+
 def snapshot(state: RunState,  # the live run state (its tensors may be the parameters themselves)
              tables=None,  # the live NgramTables, or None
-             into: tuple = (None, None),  # a previous (state, tables) snapshot no longer in use: its memory is reused
+             into: Snapshot = Snapshot(None),  # a previous snapshot no longer in use: its memory is reused
              rows: torch.Tensor | None = None,  # `tables.take_touched()`: copy just these rows (a delta); None: all
-            ) -> tuple:
-    "(state, tables) copied so the loop may change the originals while the copies are written."
+            ) -> Snapshot:
+    "The run state and tables copied, so the loop may change the originals while the copies are written."
     snap = copy.copy(state)
     for k, v in vars(state).items():
-        setattr(snap, k, _copy_tree(v, getattr(into[0], k, None)))
+        setattr(snap, k, _copy_tree(v, getattr(into.state, k, None)))
     if tables is None:
-        return snap, None
+        return Snapshot(snap)
     if tables.pending_rows() is not None:
         raise ValueError("snapshot: the tables have a pending update; snapshot at a step boundary")
     if rows is not None:
-        return snap, tables.delta(rows)
-    return snap, tables.clone(into=into[1] if isinstance(into[1], NgramTables) else None)
+        return Snapshot(snap, tables.delta(rows))
+    return Snapshot(snap, tables.clone(into=into.tables if isinstance(into.tables, NgramTables) else None))
 
 # %% ../nbs/14_commit.ipynb #bgc0ex02
 class CommitError(RuntimeError):
@@ -58,27 +65,48 @@ class CommitError(RuntimeError):
                          f"complete checkpoint in {self.path.parent} is intact; fix the cause (e.g. free disk space) "
                          "and resume.")
 
-# %% ../nbs/14_commit.ipynb #bgc0ex03
-class _CommitQueue:
-    "At most one commit in flight: its future, waited for (raising its error) before the next or on leaving."
-    def __init__(self, ckpt_dir,  # the run's ckpt/
-                 keep: int = 3,  # complete pairs rotation keeps
-                 background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
-                 pin: dict | None = None,  # `make_identity`: recorded in every container; its corpus stamp checked
-                 base: dict | None = None,  # the tables file the first delta applies to (`start_tables`); None: none
-                 deltas: int = 0,  # deltas in `base`'s chain since its full sidecar (or zero tables)
-                 chain_bytes: int = 0,  # the bytes of those deltas
-                ):
-        self.dir, self.keep, self.background, self.pin = Path(ckpt_dir), keep, background, pin
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
-        self.pending = None  # (container path, Future, snapshot, tables file suffix) of the commit in flight
-        self.spare = (None, None)  # the last finished commit's snapshot: the next one copies into its memory
-        self.committed = None  # the newest container this committer committed
-        self.base, self.deltas, self.chain_bytes = base, deltas, chain_bytes  # the next delta's base and its chain
+# %% ../nbs/14_commit.ipynb #cm0ty001
+FULL_EVERY = 8  # a tables file at least every 8th checkpoint: a resume replays at most 7 deltas
 
+class TablesStart(NamedTuple):
+    "Where a segment's first table delta chains to: what `Committer` starts from."
+    base: TablesId | None  # the file the first delta applies to (`ZERO_TABLES`: zero tables); None: none yet
+    deltas: int = 0  # deltas in `base`'s chain since its tables file (or zero tables)
+    chain_bytes: int = 0  # the bytes of those deltas
+
+class TablesChoice(NamedTuple):
+    "What a checkpoint's tables file is, chosen when its snapshot is taken."
+    rows: torch.Tensor | None  # copy just these rows (a delta); None: copy the whole tables
+    compact: bool = False  # write the rows as a tables file, compacted from the chain
+
+class PendingCommit(NamedTuple):
+    "The commit in flight."
+    path: Path  # the container it writes
+    future: Future  # its `save_run_ckpt` on the commit thread
+    snapshot: Snapshot  # what it writes (its memory is reused once it is done)
+    suffix: str | None  # the tables file it writes: .ngram, .ngdelta, or None
+
+# %% ../nbs/14_commit.ipynb #cm0cl001
+class Committer:
+    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
+    def __init__(self, ckpt_dir,  # the run's ckpt/
+                 *,
+                 keep: int = 3,  # complete checkpoints rotation keeps
+                 background: bool = True,  # False: `submit` commits synchronously (tests, debugging)
+                 identity: dict | None = None,  # `make_identity`: recorded in every container; its corpus stamp checked
+                 start: TablesStart = TablesStart(None),  # `start_tables`: the chain the first delta extends
+                ):
+        self.dir, self.keep, self.background, self.identity = Path(ckpt_dir), keep, background, identity
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="dormouse-commit") if background else None
+        self.pending = None  # the `PendingCommit` in flight, or None
+        self.spare = Snapshot(None)  # the last finished commit's snapshot: the next one copies into its memory
+        self.committed = None  # the newest container this committer committed
+        self.base, self.deltas, self.chain_bytes = start  # the next delta's base and its chain
+
+    # the commit in flight
     def check(self) -> None:
         "Raise the pending commit's `CommitError` if it has failed; never blocks (call it at every step boundary)."
-        if self.pending is not None and self.pending[1].done():
+        if self.pending is not None and self.pending.future.done():
             self.wait()
 
     def wait(self) -> Path | None:
@@ -86,55 +114,50 @@ class _CommitQueue:
         if self.pending is not None:
             path, fut, snap, suffix = self.pending
             err = fut.exception()  # blocks; a KeyboardInterrupt here leaves the commit pending
-            self.pending, self.spare = None, (snap[0], snap[1] if isinstance(snap[1], NgramTables) else self.spare[1])
+            whole = snap.tables if isinstance(snap.tables, NgramTables) else self.spare.tables
+            self.pending, self.spare = None, Snapshot(snap.state, whole)
             if err is not None:
                 raise CommitError(path, err) from err
             self.committed = fut.result()
             self._note_tables(suffix)
         return self.committed
 
+    # the chain
     def _note_tables(self, suffix: str | None) -> None:
         "After a commit: the tables file it wrote (`suffix`: .ngram, .ngdelta, None) is the next delta's base."
         if suffix is not None:
             written = self.committed.with_suffix(suffix)
-            self.base = sidecar_id(written)
+            self.base = tables_id(written)
             self.deltas = self.deltas + 1 if suffix == ".ngdelta" else 0
             self.chain_bytes = self.chain_bytes + written.stat().st_size if suffix == ".ngdelta" else 0
 
-# %% ../nbs/14_commit.ipynb #72d6e6a5
-FULL_EVERY = 8  # a full sidecar at least every 8th checkpoint: a resume replays at most 7 deltas
-
-class _TablePolicy(_CommitQueue):
-    "A committer that chooses, at each snapshot, what the checkpoint's tables file is and what the loop copies."
-    def plan(self, tables) -> tuple:
-        "(rows, compact): a delta of `rows`, written as a full sidecar when `compact`; rows None: copy all the tables."
+    def choose(self, tables) -> TablesChoice:
+        "A delta of the rows touched, compacted into a tables file when the chain is long; or a copy of all the tables."
         if tables is None:
-            return None, False
+            return TablesChoice(None)
         rows = tables.take_touched()  # taken at every checkpoint: the next delta counts from this one
         new, whole = (0 if rows is None else rows.numel() * (8 + 8 * tables.dim)), 8 * tables.weight.numel()
         if rows is None or self.base is None or new >= whole:
-            return None, False
-        return rows, self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole // 2  # compaction
+            return TablesChoice(None)
+        return TablesChoice(rows, self.deltas >= FULL_EVERY - 1 or self.chain_bytes + new >= whole // 2)  # compaction
 
-# %% ../nbs/14_commit.ipynb #4ad2228a
-class Committer(_TablePolicy):
-    "Commits checkpoints on one background thread, one at a time; the loop pays for the snapshot only."
+    # the loop's two moments
     def submit(self, state: RunState, tables=None) -> None:
         "Wait for the pending commit, snapshot `state` and `tables`, commit the copy (in the background)."
         self.wait()
-        check_corpus((self.pin or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
+        check_corpus((self.identity or {}).get("corpus"))  # on the loop: a changed corpus is refused at its step
         path = self.dir / f"{ckpt_name(state.step)}.dmck"
-        rows, compact = self.plan(tables)
+        rows, compact = self.choose(tables)
         suffix = None if tables is None else ".ngdelta" if rows is not None and not compact else ".ngram"
+        opts = {"keep": self.keep, "identity": self.identity, "base": self.base, "compact": compact}
         if self.background:
-            snap, tb = snapshot(state, tables, into=self.spare, rows=rows)
-            self.spare = (None, None if rows is None else self.spare[1])  # a delta leaves the full copy unused
-            commit = self.pool.submit(save_run_ckpt, self.dir, snap, tb, self.keep, self.pin, self.base, compact)
-            self.pending = (path, commit, (snap, tb), suffix)
+            snap = snapshot(state, tables, into=self.spare, rows=rows)
+            self.spare = Snapshot(None, None if rows is None else self.spare.tables)  # a delta leaves the copy unused
+            commit = self.pool.submit(save_run_ckpt, self.dir, snap.state, snap.tables, **opts)
+            self.pending = PendingCommit(path, commit, snap, suffix)
             return
-        tb = tables if rows is None else tables.delta(rows)
         try:
-            self.committed = save_run_ckpt(self.dir, state, tb, self.keep, self.pin, self.base, compact)
+            self.committed = save_run_ckpt(self.dir, state, tables if rows is None else tables.delta(rows), **opts)
         except Exception as e:
             raise CommitError(path, e) from e
         self._note_tables(suffix)
@@ -156,12 +179,6 @@ class Committer(_TablePolicy):
         return False
 
 # %% ../nbs/14_commit.ipynb #821c9eef
-class TablesStart(NamedTuple):
-    "Where a segment's first table delta chains to: what `Committer` starts from."
-    base: dict | None  # `sidecar_id` of the file the first delta applies to (`ZERO_TABLES`: zero tables); None: none
-    deltas: int = 0  # deltas in `base`'s chain since its full tables file (or zero tables)
-    chain_bytes: int = 0  # the bytes of those deltas
-
 def start_tables(tables,  # the segment's NgramTables (None: a run without tables)
                  tables_file: Path | None = None,  # the tables file a resume loaded them from; None: fresh
                 ) -> TablesStart:
@@ -173,4 +190,4 @@ def start_tables(tables,  # the segment's NgramTables (None: a run without table
         zero = rows is not None and not rows.numel() and tables.table_step == 0
         return TablesStart(ZERO_TABLES if zero else None)
     deltas = [q for q in table_chain(tables_file) if q.suffix == ".ngdelta"]
-    return TablesStart(sidecar_id(tables_file), len(deltas), sum(q.stat().st_size for q in deltas))
+    return TablesStart(tables_id(tables_file), len(deltas), sum(q.stat().st_size for q in deltas))

@@ -11,6 +11,7 @@ import safetensors.torch
 from .fsio import atomic_write
 from .stcodec import CHUNK, Checksum, Source, optim_encode, optim_parts, optim_read, st_parts, st_read
 from .stress import StressMonitor
+from .tables_file import TablesId
 
 # %% auto #0
 __all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'WRITE_CHECKSUM', 'V3_LAYOUT',
@@ -19,7 +20,7 @@ __all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LE
 
 # %% ../nbs/12_container.ipynb #a1618858
 class CheckpointError(Exception):
-    "A container (or container + sidecar pair) that cannot be loaded as the same run; names the file and the section."
+    "A container (or checkpoint: it and its tables file) that cannot be loaded as the same run; names file and section."
     def __init__(self, path, section: str, detail: str):
         self.path, self.section, self.detail = str(path), section, detail
         super().__init__(f"{path}: [{section}] {detail}")
@@ -47,8 +48,8 @@ class Checkpoint(RunState):
     version: int = 3  # container format version of the file
     legacy: bool = False  # True when some run state could not be recovered
     missing: list = field(default_factory=list)  # what could not be recovered and what it means for the run
-    sidecar: dict | None = None  # identity of the n-gram sidecar written with this container (v3)
-    pin: dict | None = None  # the plan and the run this container belongs to (None: written before plan pinning)
+    tables_id: TablesId | None = None  # the tables file or delta written with it (v3; meta key "sidecar")
+    identity: dict | None = None  # the plan and run it belongs to (meta key "pin"; None: written before pinning)
 
 # %% ../nbs/12_container.ipynb #5efd1e64
 MAGIC = b"DMCK\0"  # then the version byte and two NULs
@@ -143,19 +144,19 @@ def _write_section(f, n: int, bufs, algo: int = WRITE_CHECKSUM) -> int:
 
 # %% ../nbs/12_container.ipynb #9550c13e
 def save_ckpt(path,  # e.g. ckpt/step_000100.dmck
-              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its sidecar identity and pin are kept)
+              state: RunState,  # a RunState, or a Checkpoint from load_ckpt (its tables id and identity are kept)
              ) -> Path:
     "Write `state` as a v3 container, streaming and atomically."
-    return save_v3(path, state, getattr(state, "sidecar", None), getattr(state, "pin", None))
+    return save_v3(path, state, getattr(state, "tables_id", None), getattr(state, "identity", None))
 
 def save_v3(path,  # the container to write
             state: RunState,
-            sidecar: dict | None,  # identity of the n-gram sidecar written with it (None: none)
-            pin: dict | None = None,  # the plan and run it belongs to ({"plan": TOML, "run_id": ..., ...}); None: none
+            tables_id: TablesId | None,  # the tables file or delta written with it (None: none)
+            identity: dict | None = None,  # the plan and run it belongs to ({"plan": TOML, "run_id": ...}); None: none
            ) -> Path:
-    "Write `state` as a v3 container recording `sidecar` as its paired sidecar, streaming and atomically."
+    "Write `state` as a v3 container recording the tables file it pairs with, streaming and atomically."
     _check_state(state)
-    secs = _v3_sections(state, sidecar, pin)
+    secs = _v3_sections(state, None if tables_id is None else tables_id.to_json(), identity)
     def write(f):
         f.write(b"\0" * HEADER_LEN)
         table, off = b"", HEADER_LEN
@@ -358,10 +359,14 @@ def load_ckpt(path) -> Checkpoint:
                for name, off, n, crc, present in lay["sections"]}
     v = lay["version"]
     meta = got.get("meta") or {"env": None, "missing": _legacy_missing(v), "sidecar": None}
+    try:
+        tables_id = None if meta["sidecar"] is None else TablesId.from_json(meta["sidecar"])
+    except ValueError as e:
+        raise CheckpointError(path, "meta", f"its tables file's record: {e}") from None
     return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"),
                       flags=lay["flags"], stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"],
-                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), sidecar=meta["sidecar"],
-                      pin=meta.get("pin"), latch=meta.get("latch"))
+                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]),
+                      tables_id=tables_id, identity=meta.get("pin"), latch=meta.get("latch"))
 
 # %% ../nbs/12_container.ipynb #0c083313
 def _open(path):

@@ -32,15 +32,15 @@ def dist_from_env() -> DistInfo:
 
 # %% ../nbs/17_dist.ipynb #feb18e34
 @contextlib.contextmanager
-def process_group(di: DistInfo,  # this process's place
+def process_group(dist_info: DistInfo,  # this process's place
                   device: str,  # "cpu" or "cuda"
                  ):
     "Join torchrun's process group for the duration (gloo on CPU, nccl on GPU); yields this rank's device."
-    if di.world == 1:
+    if dist_info.world == 1:
         yield device
         return
     if device.startswith("cuda"):
-        device = f"cuda:{di.local_rank}"
+        device = f"cuda:{dist_info.local_rank}"
         torch.cuda.set_device(device)
     own = not dist.is_initialized()
     if own:
@@ -60,18 +60,18 @@ def all_mean(t: torch.Tensor,  # this rank's value
     dist.all_reduce(out)
     return out.div_(world)
 
-def barrier(di: DistInfo) -> None:
+def barrier(dist_info: DistInfo) -> None:
     "Wait for every rank (nothing to wait for in a single process)."
-    if di.world > 1:
+    if dist_info.world > 1:
         dist.barrier()
 
 # %% ../nbs/17_dist.ipynb #e0017cd1
 def agree_max(flag: bool,  # this rank's flag
-              di: DistInfo,  # this process's place
+              dist_info: DistInfo,  # this process's place
               device: str,  # where the collective's tensor lives
              ) -> bool:
     "True if `flag` is set on any rank."
-    if di.world == 1:
+    if dist_info.world == 1:
         return flag
     t = torch.tensor([int(flag)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -79,13 +79,13 @@ def agree_max(flag: bool,  # this rank's flag
 
 def check_fingerprints(fp: str,  # this rank's state fingerprint (hex)
                        step: int,  # the step it was taken at, for the message
-                       di: DistInfo,  # this process's place
+                       dist_info: DistInfo,  # this process's place
                       ) -> None:
     "Hard error if any rank's state fingerprint differs from rank 0's."
-    if di.world == 1:
+    if dist_info.world == 1:
         return
     mine = torch.tensor(list(fp.encode()), dtype=torch.uint8)
-    got = [torch.empty_like(mine) for _ in range(di.world)]
+    got = [torch.empty_like(mine) for _ in range(dist_info.world)]
     dist.all_gather(got, mine)
     fps = [bytes(p.tolist()).decode() for p in got]
     if len(set(fps)) != 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses, math, numbers, os, sys, threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 import numpy as np
 import torch
 from .config import (QUANT_FORMATS, ConfigError, TrainCfg, cfg_from_dict, cfg_to_dict, diff_keys, parse_toml,
@@ -21,9 +21,9 @@ from .container import load_ckpt
 from .checkpoints import load_run_ckpt
 
 # %% auto #0
-__all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'InferenceError', 'find_config', 'infer_model_shape', 'resolve_cfg',
-           'InferenceModel', 'load_model_weights', 'GenerateArgError', 'is_int', 'check_generate_args', 'sample_byte',
-           'generate']
+__all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'InferenceError', 'find_config', 'infer_model_shape', 'ResolvedCfg',
+           'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError', 'is_int', 'check_generate_args',
+           'sample_byte', 'generate']
 
 # %% ../nbs/24_infer.ipynb #80b05cc3
 class InferenceError(ConfigError):
@@ -79,26 +79,32 @@ def _cfg_from_shapes(ckpt_path, sd: dict, cfg: dict | None, tables: NgramTables 
     return cfg_from_dict(d)
 
 # %% ../nbs/24_infer.ipynb #79201901
+class ResolvedCfg(NamedTuple):
+    "The plan inference builds the network from, and where it came from."
+    cfg: TrainCfg  # the run's config
+    where: str  # its source, in words (named in notes and errors)
+
 def resolve_cfg(ckpt_path,  # the container
                 sd: dict,  # its model state dict
                 cfg=None,  # None (the run's config.toml) | TrainCfg | config file path | nested dict of keys
-                tables: NgramTables | None = None,  # the sidecar's tables: their orders and slots, when inferring
-                plan: str | None = None,  # the plan TOML pinned in the container (None: it predates plan pinning)
-               ) -> tuple[TrainCfg, str]:
-    "(the run's TrainCfg, where it came from); raises `InferenceError` naming what cannot be determined."
+                *,
+                tables: NgramTables | None = None,  # the checkpoint's tables: their orders and slots, when inferring
+                plan: str | None = None,  # the plan TOML in the container's identity (None: it predates identities)
+               ) -> ResolvedCfg:
+    "The run's TrainCfg and where it came from; raises `InferenceError` naming what cannot be determined."
     if isinstance(cfg, TrainCfg):
-        return cfg, "cfg argument"
+        return ResolvedCfg(cfg, "cfg argument")
     if isinstance(cfg, (str, Path)):
-        return cfg_from_dict(read_snapshot(cfg)), str(cfg)
+        return ResolvedCfg(cfg_from_dict(read_snapshot(cfg)), str(cfg))
     if cfg is None and plan is not None:
         where = f"the plan pinned in {Path(ckpt_path).name}"
-        return cfg_from_dict(parse_toml(plan.encode(), where)), where
+        return ResolvedCfg(cfg_from_dict(parse_toml(plan.encode(), where)), where)
     if cfg is None and (found := find_config(ckpt_path)) is not None:
-        return cfg_from_dict(read_snapshot(found)), str(found)
+        return ResolvedCfg(cfg_from_dict(read_snapshot(found)), str(found))
     if cfg is not None and not isinstance(cfg, dict):
         raise InferenceError(f"cfg must be None, a TrainCfg, a config file path or a nested dict, "
                              f"not {type(cfg).__name__}")
-    return _cfg_from_shapes(ckpt_path, sd, cfg, tables), "state-dict shapes + cfg argument"
+    return ResolvedCfg(_cfg_from_shapes(ckpt_path, sd, cfg, tables), "state-dict shapes + cfg argument")
 
 # %% ../nbs/24_infer.ipynb #0bda8a3a
 FORWARD_LOCK = threading.Lock()  # one forward at a time in the process: numeric settings are process state
@@ -192,24 +198,25 @@ def _plan_notes(path: Path, plan: str | None, run_cfg: TrainCfg, where: str) -> 
     return [f"{found} differs from {where} in {', '.join(diffs)}: the checkpoint's plan is used"] if diffs else []
 
 # %% ../nbs/24_infer.ipynb #e2366e7b
-def _table_notes(path: Path, sidecar: Path, ck, tables: NgramTables | None, run_cfg: TrainCfg, where: str, log) -> list:
+def _table_notes(path: Path, tables_file: Path, ck, tables: NgramTables | None, *, run_cfg: TrainCfg, where: str,
+                 log) -> list:
     "What running without the tables means (logged when they were expected); `InferenceError` for another shape."
     if tables is not None:
         m = run_cfg.model
         if (tables.orders, tables.dim) != (list(m.ngram_orders), m.ngram_dim):
-            raise InferenceError(f"{sidecar}: tables have orders={tables.orders} dim={tables.dim} but {where} says "
+            raise InferenceError(f"{tables_file}: tables have orders={tables.orders} dim={tables.dim} but {where} says "
                                  f"ngram_orders={m.ngram_orders} ngram_dim={m.ngram_dim}")
         return []
-    if sidecar.exists() or ck.sidecar is None and not ck.legacy:
+    if tables_file.exists() or ck.tables_id is None and not ck.legacy:
         return ["the checkpoint was written without n-gram tables: the forward runs without n-gram features"]
-    msg = (f"WARNING: no n-gram sidecar {sidecar.name} next to {path.name}: running WITHOUT n-gram features. "
+    msg = (f"WARNING: no n-gram tables file {tables_file.name} next to {path.name}: running WITHOUT n-gram features. "
            "This is not the forward the model was trained with; expect worse completions. Copy the tables of "
            f"step {ck.step} next to the container to use them (for a .ngdelta, with the files of its chain: "
            "`dormouse inspect` on the run's container lists them).")
     log(msg)
     return [msg]
 
-def _build_model(run_cfg: TrainCfg, sd: dict, where: str, tables, device, quant, flags: int) -> tuple:
+def _build_model(run_cfg: TrainCfg, sd: dict, tables, *, where: str, device, quant, flags: int) -> tuple:
     "(the student in eval mode on `device` with the forward's compute settings, notes on a tripped latch)."
     model = DormouseModel(run_cfg.model, aux=False)
     _check_shapes(model, sd, where)
@@ -243,25 +250,26 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
         raise InferenceError(f"threads={threads!r}: use an integer >= 1, 0 (the caller's count) or None (the run's)")
     with numeric_scope():  # whatever loading touches, the caller gets its settings back
-        return _load_model_weights(path, quant, cfg, depth, device, threads, log)
+        return _load_model_weights(path, quant=quant, cfg=cfg, depth=depth, device=device, threads=threads, log=log)
 
 # %% ../nbs/24_infer.ipynb #75236f23
-def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> InferenceModel:
-    sidecar = next((q for q in (path.with_suffix(".ngdelta"), path.with_suffix(".ngram")) if q.exists()),
-                   path.with_suffix(".ngram"))  # a delta loads with its chain
-    ck, tables = load_run_ckpt(path)[:2] if sidecar.exists() else (load_ckpt(path), None)
+def _load_model_weights(path: Path, *, quant, cfg, depth, device, threads, log) -> InferenceModel:
+    "`load_model_weights` inside the caller's numeric scope: the checkpoint read, the plan resolved, the model built."
+    tables_file = next((q for q in (path.with_suffix(".ngdelta"), path.with_suffix(".ngram")) if q.exists()),
+                       path.with_suffix(".ngram"))  # a delta loads with its chain
+    ck, tables = load_run_ckpt(path)[:2] if tables_file.exists() else (load_ckpt(path), None)  # lookups only: no lr
     notes = []
     if ck.legacy:
         notes.append(f"legacy v{ck.version} container: what it lacks matters to a resume, not to inference")
     if ck.version == 1 and quant is not None:
         notes.append(f"a v1 container records no fallback latch: quant={quant!r} assumes it had not tripped")
     sd = {k: v for k, v in ck.model.items() if not k.startswith("jepa.")}
-    plan = (ck.pin or {}).get("plan")
-    run_cfg, where = resolve_cfg(path, ck.model, cfg, tables, plan)
+    plan = (ck.identity or {}).get("plan")
+    run_cfg, where = resolve_cfg(path, ck.model, cfg, tables=tables, plan=plan)
     if cfg is None:
         notes += _plan_notes(path, plan, run_cfg, where)
-    notes += _table_notes(path, sidecar, ck, tables, run_cfg, where, log)
-    model, latch_notes = _build_model(run_cfg, sd, where, tables, device, quant, ck.flags)
+    notes += _table_notes(path, tables_file, ck, tables, run_cfg=run_cfg, where=where, log=log)
+    model, latch_notes = _build_model(run_cfg, sd, tables, where=where, device=device, quant=quant, flags=ck.flags)
     notes += latch_notes
     if threads is None and isinstance(cfg, dict) and "threads" not in cfg:
         threads = 0  # the run's count is unknown: leave it

@@ -5,6 +5,7 @@
 # %% ../nbs/09_model.ipynb #b3d416df
 from __future__ import annotations
 import copy, math
+from typing import NamedTuple
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -15,8 +16,8 @@ from .quant import FactorLinear
 
 # %% auto #0
 __all__ = ['N_VOCAB', 'HEAD_GAIN', 'factor_rank', 'resid_gain', 'RMSNorm', 'rotary', 'Attention', 'MLP', 'param_init',
-           'init_params', 'Block', 'JepaParts', 'param_count_table', 'DormouseModel', 'depth_for_step', 'freeze',
-           'make_teacher', 'ema_update', 'compute_losses']
+           'init_params', 'Block', 'JepaParts', 'DormouseModel', 'param_count_table', 'depth_for_step', 'freeze',
+           'make_teacher', 'ema_update', 'Losses', 'compute_losses']
 
 # %% ../nbs/09_model.ipynb #0795a292
 N_VOCAB = 256  # bytes
@@ -139,8 +140,8 @@ class JepaParts(nn.Module):
         self.predictor = MLP(cfg.d_model, cfg.pred_mult * cfg.d_model, cfg)
 
 # %% ../nbs/09_model.ipynb #ea8fef7a
-class _LoopedParams(nn.Module):
-    "The looped model's parameters, in registration order (which keys `init_params`)."
+class DormouseModel(nn.Module):
+    "Looped byte transformer: embed (+ n-gram features) -> prelude -> core x depth -> coda -> norm -> head."
     def __init__(self, cfg: ModelCfg,  # the network's shape
                  aux: bool = False,  # build the JEPA mask embedding and predictor
                 ):
@@ -149,6 +150,7 @@ class _LoopedParams(nn.Module):
         if d % cfg.n_heads or (d // cfg.n_heads) % 2:
             raise ValueError(f"d_model={d} must split into n_heads={cfg.n_heads} heads of even width (rotary pairs)")
         self.cfg, self.aux, self.bf16 = cfg, aux, False
+        # the parameters, in registration order (which keys `init_params`)
         self.emb = nn.Parameter(torch.zeros(N_VOCAB, d))
         self.ngram_proj = FactorLinear(cfg.ngram_dim, d, factor_rank(cfg, cfg.ngram_dim, d), bias=False)
         self.prelude, self.core, self.coda = Block(cfg), Block(cfg), Block(cfg)
@@ -171,6 +173,58 @@ class _LoopedParams(nn.Module):
             raise AttributeError("predictor: this model was built with aux=False")
         return self.jepa.predictor
 
+    # the forward
+    def _autocast(self, x: torch.Tensor):
+        return torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=bool(self.bf16))
+
+    def embed(self, x: torch.Tensor,  # int64 bytes [B, T]
+              ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
+              *,
+              mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
+             ) -> torch.Tensor:
+        "The loop's input [B, T, d]: byte embedding (+ n-gram projection), `mask_emb` at masked positions."
+        h = F.embedding(x, self.emb)
+        if ngram is not None:
+            h = h + self.ngram_proj(ngram)
+        if mask is not None:
+            if not self.aux:
+                raise ValueError("a mask needs the JEPA mask embedding: build the model with aux=True")
+            h = torch.where(mask.unsqueeze(-1), self.mask_emb.to(h.dtype), h)
+        return h
+
+    def forward_with_hidden(self, x: torch.Tensor,  # int64 bytes [B, T]
+                            depth: int,  # core-block repeats
+                            ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
+                            *,
+                            mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
+                            logits: bool = True,  # False: skip coda and head (a teacher needs only `hidden`)
+                           ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        "(logits [B, T, 256], hidden [B, T, d]) where hidden is the core loop's output."
+        if depth < 1:
+            raise ValueError(f"depth={depth} must be >= 1")
+        with self._autocast(x):
+            h = self.prelude(self.embed(x, ngram, mask=mask))
+            for _ in range(depth):
+                h = self.core(h)
+            if not logits:
+                return None, h.float()
+            out = self.head(self.norm(self.coda(h)))
+        return out.float(), h.float()
+
+    def forward(self, x: torch.Tensor, depth: int, ngram: torch.Tensor | None = None,
+                *,
+                mask: torch.Tensor | None = None,  # JEPA mask, as in `forward_with_hidden`
+                predict: bool = False,  # also return the hidden states and the predictor's output
+               ):
+        "Next-byte logits [B, T, 256]; with `predict`, (logits, hidden, predictor(hidden))."
+        logits, hidden = self.forward_with_hidden(x, depth, ngram, mask=mask)
+        return (logits, hidden, self.predict(hidden)) if predict else logits
+
+    def predict(self, hidden: torch.Tensor) -> torch.Tensor:
+        "JEPA predictor: student hidden states -> predicted teacher targets [B, T, d]."
+        with self._autocast(hidden):
+            return self.predictor(hidden).float()
+
 # %% ../nbs/09_model.ipynb #5c588586
 def param_count_table(model: DormouseModel) -> pd.DataFrame:
     "Parameters per top-level part of `model` (the core is counted once: its weights are shared across the loop)."
@@ -184,56 +238,6 @@ def param_count_table(model: DormouseModel) -> pd.DataFrame:
     df["share"] = df.params / total
     df.loc[len(df)] = ["total", total, 1.0]
     return df.set_index("part")
-
-# %% ../nbs/09_model.ipynb #d1ddaeff
-def _model_input(model: _LoopedParams, x: torch.Tensor, ngram: torch.Tensor | None,
-                 mask: torch.Tensor | None) -> torch.Tensor:
-    "The loop's input [B, T, d]: byte embedding (+ n-gram projection), `mask_emb` at masked positions."
-    h = F.embedding(x, model.emb)
-    if ngram is not None:
-        h = h + model.ngram_proj(ngram)
-    if mask is not None:
-        if not model.aux:
-            raise ValueError("a mask needs the JEPA mask embedding: build the model with aux=True")
-        h = torch.where(mask.unsqueeze(-1), model.mask_emb.to(h.dtype), h)
-    return h
-
-# %% ../nbs/09_model.ipynb #2f7df34b
-class DormouseModel(_LoopedParams):
-    "Looped byte transformer: embed (+ n-gram features) -> prelude -> core x depth -> coda -> norm -> head."
-    def _autocast(self, x: torch.Tensor):
-        return torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=bool(self.bf16))
-
-    def forward_with_hidden(self, x: torch.Tensor,  # int64 bytes [B, T]
-                            depth: int,  # core-block repeats
-                            ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
-                            mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
-                            logits: bool = True,  # False: skip coda and head (a teacher needs only `hidden`)
-                           ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        "(logits [B, T, 256], hidden [B, T, d]) where hidden is the core loop's output."
-        if depth < 1:
-            raise ValueError(f"depth={depth} must be >= 1")
-        with self._autocast(x):
-            h = self.prelude(_model_input(self, x, ngram, mask))
-            for _ in range(depth):
-                h = self.core(h)
-            if not logits:
-                return None, h.float()
-            out = self.head(self.norm(self.coda(h)))
-        return out.float(), h.float()
-
-    def forward(self, x: torch.Tensor, depth: int, ngram: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None,  # JEPA mask, as in `forward_with_hidden`
-                predict: bool = False,  # also return the hidden states and the predictor's output
-               ):
-        "Next-byte logits [B, T, 256]; with `predict`, (logits, hidden, predictor(hidden))."
-        logits, hidden = self.forward_with_hidden(x, depth, ngram, mask)
-        return (logits, hidden, self.predict(hidden)) if predict else logits
-
-    def predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        "JEPA predictor: student hidden states -> predicted teacher targets [B, T, d]."
-        with self._autocast(hidden):
-            return self.predictor(hidden).float()
 
 # %% ../nbs/09_model.ipynb #9d64f936
 def depth_for_step(cfg: TrainCfg,  # the run's config
@@ -270,8 +274,15 @@ def ema_update(teacher: nn.Module,  # updated in place
         t.mul_(momentum).add_(sp[name].detach() * (1.0 - momentum))
 
 # %% ../nbs/09_model.ipynb #da6cfa4f
-def _jepa_target(pred: torch.Tensor, teacher: DormouseModel | None, target: torch.Tensor | None, x: torch.Tensor,
-                 depth: int, ngram: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+def _jepa_target(pred: torch.Tensor,  # the predictor's output [B, T, d]
+                 x: torch.Tensor,  # int64 bytes [B, T] (unmasked: the teacher's input)
+                 mask: torch.Tensor,  # bool [B, T] JEPA mask
+                 *,
+                 teacher: DormouseModel | None,  # the EMA teacher, or None with offline `target`
+                 target: torch.Tensor | None,  # offline targets [n_masked, d], or None with a teacher
+                 depth: int,  # core depth of the step
+                 ngram: torch.Tensor | None,  # n-gram features (detached for the teacher)
+                ) -> torch.Tensor:
     "The normalised JEPA target [B, T, d]: the teacher's hidden states, or the offline rows scattered to the mask."
     with torch.no_grad():
         if teacher is not None:
@@ -287,28 +298,35 @@ def _jepa_target(pred: torch.Tensor, teacher: DormouseModel | None, target: torc
         return full
 
 # %% ../nbs/09_model.ipynb #d21bc273
-def compute_losses(model: DormouseModel,  # the student
-                   teacher: DormouseModel | None,  # the EMA teacher, or None (aux off)
+class Losses(NamedTuple):
+    "A step's objective: `loss = ce + jepa_weight * jepa` (scalars)."
+    loss: torch.Tensor  # what backward runs on
+    ce: torch.Tensor  # next-byte cross-entropy (nats)
+    jepa: torch.Tensor  # masked-position MSE to the normalised target (0 without one)
+
+def compute_losses(model: DormouseModel,  # the student (or its DistributedDataParallel wrapper)
                    x: torch.Tensor,  # int64 bytes [B, T]
                    y: torch.Tensor,  # int64 next bytes [B, T]
+                   *,
                    depth: int,  # core depth of this step
+                   teacher: DormouseModel | None = None,  # the EMA teacher, or None (aux off)
                    ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim]
                    mask: torch.Tensor | None = None,  # bool [B, T] JEPA mask (needed with a teacher)
                    jepa_weight: float = 0.1,  # loss = ce + jepa_weight * jepa
                    target: torch.Tensor | None = None,  # offline targets [n_masked, d]: a frozen teacher's hidden[mask]
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "(loss, ce, jepa) scalars; without a teacher or a `target` jepa = 0 and loss is ce."
+                  ) -> Losses:
+    "(loss, ce, jepa); without a teacher or a `target` jepa = 0 and loss is ce."
     if teacher is None and target is None:
         logits = model(x, depth, ngram)
         ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
-        return ce, ce, torch.zeros((), dtype=ce.dtype, device=ce.device)
+        return Losses(ce, ce, torch.zeros((), dtype=ce.dtype, device=ce.device))
     if teacher is not None and target is not None:
         raise ValueError("compute_losses: pass a teacher or a precomputed target, not both")
     if mask is None:
         raise ValueError("compute_losses with a teacher (or a target) needs the JEPA mask")
-    logits, _, pred = model(x, depth, ngram, mask, predict=True)
+    logits, _, pred = model(x, depth, ngram, mask=mask, predict=True)
     ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
-    target = _jepa_target(pred, teacher, target, x, depth, ngram, mask)
+    target = _jepa_target(pred, x, mask, teacher=teacher, target=target, depth=depth, ngram=ngram)
     per_pos = (pred - target).pow(2).mean(-1)
     jepa = torch.where(mask, per_pos, torch.zeros_like(per_pos)).sum() / mask.sum().clamp_min(1).to(per_pos.dtype)
-    return ce + jepa_weight * jepa, ce, jepa
+    return Losses(ce + jepa_weight * jepa, ce, jepa)

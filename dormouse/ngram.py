@@ -4,15 +4,15 @@
 
 # %% ../nbs/07_ngram.ipynb #fde94774
 from __future__ import annotations
-import copy, mmap, struct, sys
+import copy, mmap, struct
 from dataclasses import dataclass
 import numpy as np
 import torch
 from .rng import splitmix64
+from .digest import RowDigest, hash_all
 
 # %% auto #0
-__all__ = ['PAD', 'CHUNK_BYTES', 'ngram_ids', 'table_zeros', 'row_hashes', 'RowDigest', 'TouchedRows', 'TableDelta',
-           'NgramTables', 'tensor_chunks', 'fingerprint_update']
+__all__ = ['PAD', 'ngram_ids', 'table_zeros', 'TouchedRows', 'TableDelta', 'NgramTables', 'fingerprint_update']
 
 # %% ../nbs/07_ngram.ipynb #f6e2f779
 PAD = 256  # what positions before the start of a row read; no byte has this value
@@ -67,119 +67,6 @@ def table_zeros(shape, device="cpu") -> torch.Tensor:
             pass
     return torch.zeros(*shape, dtype=torch.float32)
 
-# %% ../nbs/07_ngram.ipynb #a4082689
-_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
-_ROW_KEY = 0x64696765737421  # keys rows (and the tensor) for the row hash; _ROW_KEY ^ 0xC0 keys the columns
-
-def row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
-                flat: np.ndarray,  # [R] flat row numbers (order * slots + slot)
-                kind: int,  # 0 = weight, 1 = momentum
-               ) -> np.ndarray:  # [R] uint64: 0 for an all-zero row
-    "Keyed 64-bit hash of each row; bijective in each word of the row, so one changed word always changes it."
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    w = rows.view(np.uint64) if rows.shape[1] % 2 == 0 else rows.view(np.uint32).astype(np.uint64)
-    cols = splitmix64(np.arange(w.shape[1], dtype=np.uint64) ^ np.uint64(_ROW_KEY ^ 0xC0)) | np.uint64(1)
-    with np.errstate(over="ignore"):
-        x = w * _M1
-        x ^= x >> np.uint64(32)
-        x *= cols
-        h = x.sum(axis=1, dtype=np.uint64)
-        h ^= h >> np.uint64(33)
-        h *= _M2
-        h ^= h >> np.uint64(33)
-        h *= _M3
-        h ^= h >> np.uint64(33)
-        keys = splitmix64(np.asarray(flat, dtype=np.uint64) ^ np.uint64(_ROW_KEY + kind)) | np.uint64(1)
-        return h * keys
-
-# %% ../nbs/07_ngram.ipynb #0fc16506
-def _hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_per_pass: int = 1 << 14) -> int:
-    "Sum mod 2^64 of the row hashes of a whole `[n_rows, dim]` table, in slices; fills `out` with them if given."
-    total, n = np.uint64(0), t.shape[0]
-    for i in range(0, n, rows_per_pass):
-        h = row_hashes(t[i:i + rows_per_pass].cpu().numpy(), np.arange(i, min(n, i + rows_per_pass)), kind)
-        if out is not None:
-            out[i:i + len(h)] = h
-        with np.errstate(over="ignore"):
-            total = total + h.sum(dtype=np.uint64)
-    return int(total)
-
-def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list) -> None:
-    "Replace the stored hashes of flat rows `r` (and their share of `sums`) by those of the rows' current values."
-    rn = r.numpy()
-    for k, t in enumerate(flat):
-        new = row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
-        old = rows[k][rn]
-        with np.errstate(over="ignore"):
-            sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
-        rows[k][rn] = new
-
-# %% ../nbs/07_ngram.ipynb #6413b55e
-class _DigestState:
-    "A `RowDigest`'s state: per-row hashes, their two sums, the rows touched since the last look."
-    def __init__(self, n_rows: int):
-        self.rows = [np.zeros(n_rows, np.uint64), np.zeros(n_rows, np.uint64)]  # zeros: lazily paged, = zero tables
-        self.sums = [0, 0]
-        self.dirty, self.n_dirty = [], 0  # flat rows touched by step() since the last refresh
-        self.seen = None  # (weight, momentum, their versions) that rows + dirty describe; None: unknown
-        self.known, self.n_unknown = None, 0  # after `trust`: which rows' hashes are stored (None: all)
-
-    def in_sync(self, weight, momentum) -> bool:
-        "True when nothing but noted steps wrote `weight`/`momentum` since the digest last saw them."
-        s = self.seen
-        return s is not None and s[0] is weight and s[1] is momentum and s[2:] == (weight._version, momentum._version)
-
-    def trust(self, sums, weight, momentum) -> None:
-        "Take `sums` as the digest of freshly loaded tables; each row's hash is computed at its first touch."
-        self.sums, self.dirty, self.n_dirty = [int(s) for s in sums], [], 0
-        self.known, self.n_unknown = np.zeros(len(self.rows[0]), dtype=bool), len(self.rows[0])
-        self.seen = (weight, momentum, weight._version, momentum._version)
-
-# %% ../nbs/07_ngram.ipynb #fe717556
-class _DigestTouch(_DigestState):
-    "A `RowDigest` that fills in a trusted table's row hashes at their first touch."
-    def first_touch(self, rows: torch.Tensor, w_rows: torch.Tensor, m_flat: torch.Tensor) -> None:
-        "Before a step writes `rows` (old weight rows `w_rows`): store the old hashes of rows not hashed yet."
-        if self.known is None:
-            return
-        rn = rows.cpu().numpy()
-        new = np.flatnonzero(~self.known[rn])
-        if not len(new):
-            return
-        r = rn[new]
-        self.rows[0][r] = row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu().numpy(), r, 0)
-        self.rows[1][r] = row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu().numpy(), r, 1)
-        self.known[r] = True
-        self.n_unknown -= len(r)
-        if not self.n_unknown:
-            self.known = None
-
-# %% ../nbs/07_ngram.ipynb #2de487f6
-class RowDigest(_DigestTouch):
-    "Per-row hashes and their sums mod 2^64 (weight, momentum), kept current in O(rows touched)."
-    def note(self, rows: torch.Tensor, weight, momentum, was_in_sync: bool) -> None:
-        "Record the rows a step just wrote (`was_in_sync`: `in_sync` before the write)."
-        if not was_in_sync:
-            self.seen = None
-            return
-        self.dirty.append(rows.cpu())
-        self.n_dirty += rows.numel()
-        self.seen = (weight, momentum, weight._version, momentum._version)
-        if self.n_dirty > 1 << 22:
-            self.current(weight, momentum)  # bound the pending list
-
-    def current(self, weight, momentum) -> tuple:
-        "(weight sum, momentum sum), current: rehash the touched rows, or everything when a write went unseen."
-        flat = [t.view(-1, t.shape[-1]) for t in (weight, momentum)]
-        if not self.in_sync(weight, momentum):
-            self.sums = [_hash_all(t, k, self.rows[k]) for k, t in enumerate(flat)]
-            self.known = None
-        elif self.dirty:
-            _rehash(flat, torch.unique(torch.cat(self.dirty)), self.rows, self.sums)
-        self.dirty, self.n_dirty = [], 0
-        self.seen = (weight, momentum, weight._version, momentum._version)
-        return tuple(self.sums)
-
 # %% ../nbs/07_ngram.ipynb #3222a75a
 def _unique_rows(ids: torch.Tensor,  # int64 [n_orders, B, T] slot ids per order (modified in place)
                  slots: int,  # rows per table
@@ -232,13 +119,31 @@ class TouchedRows:
         return rows if known else None
 
 # %% ../nbs/07_ngram.ipynb #4ac78344
-class _TableState:
-    "The tables' state: weight and momentum `[n_orders, slots, dim]` at zeros, their digest, the pending leaf."
+@dataclass
+class TableDelta:
+    "Rows of both tables copied at a checkpoint, with the shape, table step and digest of the whole they belong to."
+    orders: list  # n-gram orders of the tables
+    slots: int  # rows per table
+    dim: int  # row width
+    table_step: int  # the tables' update count at the copy
+    rows: torch.Tensor  # int64 [n]: flat row numbers (order * slots + slot), sorted, unique
+    weight: torch.Tensor  # float32 [n, dim]: those rows of the weight table
+    momentum: torch.Tensor  # float32 [n, dim]: those rows of the momentum table
+    digest: tuple  # (weight, momentum) digests of the whole tables at the copy
+
+    @property
+    def nbytes(self) -> int:
+        "Bytes of the rows' numbers and values."
+        return self.rows.numel() * (8 + 8 * self.dim)
+
+# %% ../nbs/07_ngram.ipynb #nt0cl001
+class NgramTables:
+    "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
     def __init__(self, orders,  # n-gram orders, one table each
                  slots: int,  # rows per table
                  dim: int,  # row width (the feature size)
-                 lr: float = 0.05,  # learning rate of the row updates
-                 momentum: float = 0.9,  # Nesterov momentum
+                 lr: float | None = 0.05,  # learning rate of the row updates (None: set by the plan before a step)
+                 momentum: float | None = 0.9,  # Nesterov momentum (None: as lr)
                  device="cpu",  # where the tables live (CUDA tables are plain torch.zeros)
                 ):
         self.orders = [int(n) for n in orders]
@@ -246,7 +151,9 @@ class _TableState:
             raise ValueError(f"NgramTables: orders must be >= 1, got {self.orders}")
         if slots < 1 or dim < 1:
             raise ValueError(f"NgramTables: slots and dim must be >= 1, got slots={slots} dim={dim}")
-        self.slots, self.dim, self.lr, self.momentum_coef = int(slots), int(dim), float(lr), float(momentum)
+        self.slots, self.dim = int(slots), int(dim)
+        self.lr = None if lr is None else float(lr)  # optimiser settings: the plan's (`ngram_lr`, `ngram_momentum`)
+        self.momentum_coef = None if momentum is None else float(momentum)
         self.weight = table_zeros((len(self.orders), self.slots, self.dim), device)
         self.momentum = table_zeros((len(self.orders), self.slots, self.dim), device)
         self.table_step = 0
@@ -256,12 +163,19 @@ class _TableState:
         self._rows = None  # flat row numbers (order * slots + slot) of the pending leaf, sorted unique
         self._leaf = None  # [n_unique, dim] copy of those rows; its .grad is the pending gradient
 
+    @classmethod
+    def from_cfg(cls, cfg, device="cpu"):
+        "Tables for a `TrainCfg`: orders/slots/dim from `cfg.model`, lr/momentum from `cfg.ngram_lr`/`ngram_momentum`."
+        m = cfg.model
+        return cls(m.ngram_orders, m.ngram_slots, m.ngram_dim, cfg.ngram_lr, cfg.ngram_momentum, device)
+
+    def __repr__(self):
+        return f"NgramTables(orders={self.orders}, slots={self.slots}, dim={self.dim}, table_step={self.table_step})"
+
     def _flat(self, t):
         return t.view(len(self.orders) * self.slots, self.dim)
 
-# %% ../nbs/07_ngram.ipynb #bd1853cc
-class _TableLookup(_TableState):
-    "Tables that answer `lookup` and hold its pending leaf and gradient."
+    # the lookup and its pending leaf
     def lookup(self, x: torch.Tensor,  # int64 bytes [B, T]: the global batch
                keep=None,  # slice (or 1-D index) of the batch rows whose features to return; None = all
               ) -> torch.Tensor:  # float32 [B', T, dim]
@@ -288,9 +202,7 @@ class _TableLookup(_TableState):
         "Gradient of the pending leaf `[n_unique, dim]` (all-reduce this across ranks), or None."
         return None if self._leaf is None else self._leaf.grad
 
-# %% ../nbs/07_ngram.ipynb #0bd8cc7a
-class _TableStep(_TableLookup):
-    "Tables that apply (or drop) the pending gradient to the touched rows, and note them in the digest."
+    # the step
     def discard(self):
         "Drop the pending leaf without updating (e.g. a refused stress update)."
         self._rows = self._leaf = None
@@ -301,14 +213,16 @@ class _TableStep(_TableLookup):
         g = self.pending_grad()
         if g is None:
             return False
-        rows, mu, lr = self._rows, self.momentum_coef, self.lr
-        w, m = self._flat(self.weight), self._flat(self.momentum)
+        if self.lr is None or self.momentum_coef is None:
+            raise ValueError("NgramTables.step: these tables have no optimiser settings (loaded without a plan); set "
+                             "lr and momentum_coef from the plan's ngram_lr and ngram_momentum first")
+        rows, w, m = self._rows, self._flat(self.weight), self._flat(self.momentum)
         synced = self._digest.in_sync(self.weight, self.momentum)
         before = (self.weight._version, self.momentum._version)
         if synced:
             self._digest.first_touch(rows, self._leaf.detach(), m)  # loaded tables: old hashes, first touch
         # the leaf is a copy of w[rows] taken at lookup; it is dropped below
-        m_new, w_new = _nesterov(m.index_select(0, rows), self._leaf.detach(), g, mu, lr)
+        m_new, w_new = _nesterov(m.index_select(0, rows), self._leaf.detach(), g, self.momentum_coef, self.lr)
         m.index_copy_(0, rows, m_new)
         w.index_copy_(0, rows, w_new)
         self._digest.note(rows, self.weight, self.momentum, synced)
@@ -317,27 +231,7 @@ class _TableStep(_TableLookup):
         self.discard()
         return True
 
-# %% ../nbs/07_ngram.ipynb #8d55567c
-@dataclass
-class TableDelta:
-    "Rows of both tables copied at a checkpoint, with the shape, table step and digest of the whole they belong to."
-    orders: list  # n-gram orders of the tables
-    slots: int  # rows per table
-    dim: int  # row width
-    table_step: int  # the tables' update count at the copy
-    rows: torch.Tensor  # int64 [n]: flat row numbers (order * slots + slot), sorted, unique
-    weight: torch.Tensor  # float32 [n, dim]: those rows of the weight table
-    momentum: torch.Tensor  # float32 [n, dim]: those rows of the momentum table
-    digest: tuple  # (weight, momentum) digests of the whole tables at the copy
-
-    @property
-    def nbytes(self) -> int:
-        "Bytes of the rows' numbers and values."
-        return self.rows.numel() * (8 + 8 * self.dim)
-
-# %% ../nbs/07_ngram.ipynb #2743d8f6
-class _TableCopies(_TableStep):
-    "Tables that copy themselves for a checkpoint, whole or as the rows touched since the last one, and apply a delta."
+    # what a checkpoint copies, and what a resume applies
     def take_touched(self) -> torch.Tensor | None:
         "Sorted flat rows `step()` wrote since the last call (None: unknown); the next call counts from here."
         return self._touched.take(self.weight, self.momentum)
@@ -377,42 +271,27 @@ class _TableCopies(_TableStep):
         self.table_step = d.table_step
         return self._digest.current(self.weight, self.momentum)
 
-# %% ../nbs/07_ngram.ipynb #b4c57d64
-class NgramTables(_TableCopies):
-    "Hashed n-gram tables with sparse Nesterov row updates; `table_step` counts updates."
-    @classmethod
-    def from_cfg(cls, cfg, device="cpu"):
-        "Tables for a `TrainCfg`: orders/slots/dim from `cfg.model`, lr/momentum from `cfg.ngram_lr`/`ngram_momentum`."
-        m = cfg.model
-        return cls(m.ngram_orders, m.ngram_slots, m.ngram_dim, cfg.ngram_lr, cfg.ngram_momentum, device)
-
-    def __repr__(self):
-        return f"NgramTables(orders={self.orders}, slots={self.slots}, dim={self.dim}, table_step={self.table_step})"
-
+    # the digest
     def digest(self) -> tuple:
         "(weight, momentum) digests: sums mod 2^64 of keyed row hashes; O(rows touched since the last call)."
         return self._digest.current(self.weight, self.momentum)
 
     def full_digest(self) -> tuple:
         "The same two sums recomputed from every row (O(slots)); must equal `digest()`."
-        return tuple(_hash_all(t.view(-1, self.dim), k) for k, t in enumerate((self.weight, self.momentum)))
+        return tuple(hash_all(t.view(-1, self.dim), k) for k, t in enumerate((self.weight, self.momentum)))
+
+    def digest_in_sync(self) -> bool:
+        "True when the kept digest is current in O(rows touched): nothing but steps and deltas wrote the tables."
+        return self._digest.in_sync(self.weight, self.momentum)
+
+    def trust_digest(self, digest: tuple | None) -> None:
+        "Take `digest` as that of freshly loaded rows (each row hashed at its first touch); None: rehash every row."
+        if digest is None:
+            self._digest.seen = None  # written behind the digest's back: the next `digest()` hashes every row
+        else:
+            self._digest.trust(digest, self.weight, self.momentum)
 
 # %% ../nbs/07_ngram.ipynb #d3284536
-CHUNK_BYTES = 4 << 20  # slice size for streaming hashes and sidecar I/O
-
-def tensor_chunks(t: torch.Tensor, chunk_bytes: int = CHUNK_BYTES):
-    "Little-endian bytes of a contiguous float32 tensor, as memoryviews of `chunk_bytes` slices (no full copy)."
-    flat = t.detach().contiguous().view(-1)
-    step = max(1, chunk_bytes // flat.element_size())
-    for i in range(0, flat.numel(), step):
-        a = flat[i:i + step]
-        if a.device.type != "cpu":
-            a = a.cpu()
-        a = a.numpy()
-        if sys.byteorder != "little":
-            a = a.astype("<f4")
-        yield memoryview(a).cast("B")
-
 def fingerprint_update(hasher, tables: NgramTables):
     "Feed the tables' shape, `table_step` and weight and momentum digests into `hasher` (hashlib-like)."
     hasher.update(struct.pack("<QQQQ", len(tables.orders), tables.slots, tables.dim, tables.table_step))

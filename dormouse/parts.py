@@ -137,7 +137,7 @@ def _load_into(parts: Parts, ck, tables: NgramTables | None, latch: FallbackLatc
 # %% ../nbs/16_parts.ipynb #d4d0fd62
 def _legacy_report(ck, cfg: TrainCfg, where, lacks: list[str], log) -> list[str]:
     "What a legacy container lacks of what plan `cfg` needs, plus its other notes; said through `log`, returned."
-    sections = {what for what, _, _ in NEEDS.values()}  # the container's other notes (e.g. how a sidecar was paired)
+    sections = {what for what, _, _ in NEEDS.values()}  # the container's other notes (how its tables were paired)
     notes = getattr(ck, "missing", None) or []
     report = [_need_line(k, cfg) for k in lacks] + [m for m in notes if m.split(":")[0] not in sections]
     if report:
@@ -148,7 +148,7 @@ def _legacy_report(ck, cfg: TrainCfg, where, lacks: list[str], log) -> list[str]
 
 def restore(parts: Parts,  # fresh parts of the same plan
             ck,  # a loaded `Checkpoint`
-            tables: NgramTables | None,  # the sidecar's tables (None: the run has none)
+            tables: NgramTables | None,  # the checkpoint's tables (None: the run has none)
             cfg: TrainCfg,  # the plan
             log=print,  # where the legacy report goes
             path=None,  # the container's file, named in errors and in the report

@@ -244,7 +244,8 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
                         ev.start)
     pb, n_fp = pre_batches(cfg), 1
     for step in range(ev.start, stop):
-        row = train_step(parts, corpus, cfg, step, pb, device, di.rank, di.world, targets=targets)
+        row = train_step(parts, corpus, cfg, step, probe_batches=pb, device=device, rank=di.rank, world=di.world,
+                         targets=targets)
         was = ev.losses[step - ev.start]
         if row["loss"] != was:
             return Replayed(ev.start, step, step - ev.start, n_fp,
@@ -271,14 +272,14 @@ def replay_start(cfg: TrainCfg, corpus: Corpus,
     "The run state at the start of `ev`'s interval: a fresh start with its probes run, or the checkpoint kept there."
     parts = build_parts(cfg, device)
     if ev.fresh:
-        run_probes(parts, corpus, cfg, device, log=lambda m: None)
+        run_probes(parts, corpus, cfg, device=device, log=lambda m: None)
         return parts
     path = Path(ckpt_dir) / f"{ckpt_name(ev.start)}.dmck"
     if not path.exists():
         raise UnverifiableError(f"the interval starts at step {ev.start}, and {path.name} is no longer in "
                                 f"{Path(ckpt_dir)} (rotation keeps the newest keep_ckpts checkpoints)")
     try:
-        ck, tables = load_run_ckpt(path, cfg.ngram_lr, cfg.ngram_momentum, device, cfg, check)
+        ck, tables, *_ = load_run_ckpt(path, cfg, device=device, check=check)
     except CheckpointError as e:
         raise UnverifiableError(f"the interval starts at step {ev.start}, and {path.name} cannot be loaded: "
                                 f"{e}") from None

@@ -30,31 +30,31 @@ def lr_at(cfg: TrainCfg, step: int) -> float:
     return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 def pre_batches(cfg: TrainCfg) -> int:
-    "Probe batches a fresh run reads before step 0 — from the same two conditions that gate the probes (ADR item 6)."
+    "Probe batches a fresh run reads before step 0 — from the two conditions that gate the probes (*indexed data*)."
     return int(cfg.warmup_forwards) + int(cfg.quant_check)
 
-def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, device: str, rank: int = 0, world: int = 1):
+def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu", rank: int = 0, world: int = 1):
     "Global batch `i`, and the slice of its rows this rank trains on."
     x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
     per = cfg.batch // world
     return x.to(device), y.to(device), slice(rank * per, (rank + 1) * per)
 
 # %% ../nbs/18_step.ipynb #e49437ac
-def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str, log=print) -> None:
+def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, *, device: str = "cpu", log=print) -> None:
     "Warm-up forwards and the quant check of a fresh run; may trip the latch."
     i = 0
     with torch.no_grad():
         if cfg.warmup_forwards:
-            x, _, _ = global_batch(corpus, i, cfg, device)
+            x, _, _ = global_batch(corpus, i, cfg, device=device)
             for _ in range(2):
                 parts.model(x, cfg.model.depth, parts.tables.lookup(x))
             i += 1
         if cfg.quant_check:
-            x, y, _ = global_batch(corpus, i, cfg, device)
+            x, y, _ = global_batch(corpus, i, cfg, device=device)
             feats = parts.tables.lookup(x)
-            q, _, _ = compute_losses(parts.model, None, x, y, cfg.model.depth, feats, None, 0.0)
+            q, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats)
             apply_compute_settings(parts.model, dataclasses.replace(cfg, quant="fp32"), parts.latch)
-            f, _, _ = compute_losses(parts.model, None, x, y, cfg.model.depth, feats, None, 0.0)
+            f, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats)
             apply_settings(parts, cfg)
             gap = abs(q.item() - f.item()) / max(abs(f.item()), 1e-12)
             said = f"{cfg.quant} loss {q.item():.4f} vs fp32 {f.item():.4f}"
@@ -66,12 +66,13 @@ def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str, log=pri
                 log(f"quant check passed: {said} (gap {gap:.4f})")
 
 # %% ../nbs/18_step.ipynb #be01d0fa
-def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, keep, mask, target, world: int):
+def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, *, keep, mask, target, world: int):
     "Loss of the step, recomputed with fp32 factors (latch tripped) if a quantised forward is not finite."
     while True:
         feats = parts.tables.lookup(x, keep if world > 1 else None)
-        loss, ce, jepa = compute_losses(parts.fwd or parts.model, parts.teacher, x[keep], y[keep],
-                                        depth_for_step(cfg, step), feats, mask, cfg.jepa_weight, target=target)
+        loss, ce, jepa = compute_losses(parts.fwd or parts.model, x[keep], y[keep], depth=depth_for_step(cfg, step),
+                                        teacher=parts.teacher, ngram=feats, mask=mask, jepa_weight=cfg.jepa_weight,
+                                        target=target)
         jepa_t = torch.as_tensor(jepa, dtype=loss.dtype, device=loss.device)
         stats = torch.stack([loss.detach(), ce.detach(), jepa_t.detach()])
         if world > 1:
@@ -87,7 +88,7 @@ def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, keep, mask, target, w
     return loss, stats
 
 # %% ../nbs/18_step.ipynb #fab588ca
-def _backward_update(parts: Parts, cfg: TrainCfg, step: int, lr: float, loss, world: int) -> tuple[float, bool]:
+def _backward_update(parts: Parts, cfg: TrainCfg, loss, *, step: int, lr: float, world: int) -> tuple[float, bool]:
     "Backward, clipped grad norm, then the update unless the stress monitor refuses it: (grad_norm, refused)."
     parts.optim.zero_grad(set_to_none=True)
     loss.backward()  # under DDP the model's grads are averaged across ranks here
@@ -110,19 +111,23 @@ def _backward_update(parts: Parts, cfg: TrainCfg, step: int, lr: float, loss, wo
     return grad_norm, refused
 
 # %% ../nbs/18_step.ipynb #9144551d
-def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int, pb: int, device: str,
-               rank: int = 0, world: int = 1,
+def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
+               *,
+               probe_batches: int,  # `pre_batches(cfg)`: step s reads batch s + probe_batches (*indexed data*)
+               device: str = "cpu",
+               rank: int = 0,  # this process's rank, of `world`
+               world: int = 1,
                targets=None,  # an offline JEPA target store, if the run uses one
               ) -> dict:
     "Run training step `step`; returns its metrics row."
     lr = lr_at(cfg, step)
-    x, y, keep = global_batch(corpus, step + pb, cfg, device, rank, world)
+    x, y, keep = global_batch(corpus, step + probe_batches, cfg, device=device, rank=rank, world=world)
     mask = None
     if cfg.aux:
         mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, step)[keep].to(device)
     target = targets.at(step, keep).to(device) if targets is not None else None
-    loss, stats = _forward(parts, cfg, step, x, y, keep, mask, target, world)
-    grad_norm, refused = _backward_update(parts, cfg, step, lr, loss, world)
+    loss, stats = _forward(parts, cfg, step, x, y, keep=keep, mask=mask, target=target, world=world)
+    grad_norm, refused = _backward_update(parts, cfg, loss, step=step, lr=lr, world=world)
     parts.step = step + 1
     loss_v, ce_v, jepa_v = (v.item() for v in stats)
     ran = forward_formats(parts.model)  # the forward this step ran, read off the model
@@ -142,7 +147,7 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[s
         for j in range(cfg.eval_batches):
             x, y = corpus.eval_batch(j, cfg.batch, cfg.seq_len)
             x, y = x.to(device), y.to(device)
-            _, ce, _ = compute_losses(parts.model, None, x, y, d, parts.tables.lookup(x), None, 0.0)
+            _, ce, _ = compute_losses(parts.model, x, y, depth=d, ngram=parts.tables.lookup(x))
             tot += ce.item()
         out[f"eval_d{d}"] = tot / cfg.eval_batches
         out[f"eval_bpb_d{d}"] = out[f"eval_d{d}"] / math.log(2)  # bits per byte: comparable with compressors

@@ -17,7 +17,7 @@ from dormouse.testing import assert_same_run, state_diff, tiny_cfg
 from dormouse.train import fit
 
 
-WRITERS = {"save_tables_file": 2, "save_delta": 2, "save_compacted": 3}  # the tables writers: where each takes train_step
+WRITERS = {"save_tables_file": 2, "save_delta": 2, "save_compacted": 3}  # each tables writer: where train_step is
 
 
 def failing_at(step, real, pos):
@@ -65,10 +65,10 @@ def test_commit_error_of_the_last_checkpoint_surfaces_at_close(tmp_path, monkeyp
 def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch):
     real, threads = ckpts.save_v3, set()
 
-    def slow_save_v3(path, state, sidecar, *pin):
+    def slow_save_v3(path, state, tables_id, *identity):
         threads.add(threading.current_thread().name)
         time.sleep(0.5)  # a slow disk: fit must not return before this container is renamed into place
-        return real(path, state, sidecar, *pin)
+        return real(path, state, tables_id, *identity)
 
     monkeypatch.setattr(ckpts, "save_v3", slow_save_v3)
     fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
@@ -100,9 +100,10 @@ def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
             continue
         ca, cb = load_ckpt(a), load_ckpt(b)  # two runs of one plan: the same state, different run ids in the pin
         assert state_diff(ca, cb) == [], (n, state_diff(ca, cb))
-        assert (ca.env, ca.latch, ca.sidecar) == (cb.env, cb.latch, cb.sidecar), n
+        assert (ca.env, ca.latch, ca.tables_id) == (cb.env, cb.latch, cb.tables_id), n
         drop = ("run_id", "run_started")
-        assert {k: v for k, v in ca.pin.items() if k not in drop} == {k: v for k, v in cb.pin.items() if k not in drop}
+        assert {k: v for k, v in ca.identity.items() if k not in drop} == \
+            {k: v for k, v in cb.identity.items() if k not in drop}
     assert_same_run(tmp_path / "sync", tmp_path / "bg")
 
 
@@ -124,7 +125,7 @@ def test_a_snapshot_of_the_tables_has_its_own_digest(tmp_path):
                      table_step=live.table_step, env={})
     _, copy_tb = snapshot(state, live)
     before = copy_tb.digest()  # what the writer does with the copy ...
-    assert live._digest.in_sync(live.weight, live.momentum)  # ... leaves the live digest incremental (O(touched))
+    assert live.digest_in_sync()  # ... leaves the live digest incremental (O(touched))
     _train_tables(live, 2, 3)  # the loop moves on while the copy is written
     assert copy_tb.digest() == copy_tb.full_digest() == before  # the copy describes the snapshot
     assert live.digest() == live.full_digest() != before  # and the live digest is still the live tables'

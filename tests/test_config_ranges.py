@@ -113,9 +113,9 @@ def test_every_key_has_a_rule_and_the_defaults_pass():
 
 
 def test_the_orders_limit_is_the_tables_files_header_limit():
-    from dormouse import sidecar
+    from dormouse.tables_file import MAX_ORDERS
 
-    assert sidecar._MAX_ORDERS == MAX_NGRAM_ORDERS  # the reader refuses more: the plan must refuse them first
+    assert MAX_ORDERS == MAX_NGRAM_ORDERS  # the reader refuses more: the plan must refuse them first
     validate(TrainCfg(model=ModelCfg(ngram_orders=list(range(1, MAX_NGRAM_ORDERS + 1)))))
 
 

@@ -1,4 +1,4 @@
-"""Container fuzzing: every truncation, bit flip, lie in a length field, foreign file and mismatched sidecar is a
+"""Container fuzzing: every truncation, bit flip, lie in a length field, foreign file and mismatched tables file is a
 CheckpointError naming the file and the section; nothing bad ever loads; a pickle payload never runs; a save killed at a
 random moment never leaves a torn file under a final name. Offsets come from dormouse.rng keyed draws (never np.random).
 
@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dormouse.checkpoints import describe, find_latest, list_ckpts, load_run_ckpt, save_run_ckpt
+from dormouse.checkpoints import find_latest, list_ckpts, load_run_ckpt, save_run_ckpt
+from dormouse.report import describe
 from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt, write_v1, write_v2
 from dormouse.numerics import numeric_env
 from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import read_tables_file_header, save_tables_file
+from dormouse.tables_file import read_tables_file_header, save_tables_file
 from dormouse.rng import keyed_normal, keyed_randint, keyed_uniform
 from dormouse.stress import StressMonitor
 
@@ -299,12 +300,12 @@ def test_sidecar_damage_and_mismatch(tmp_path):
         sp.write_bytes(good[:k])
         with pytest.raises(CheckpointError) as ei:
             load_run_ckpt(tmp_path / "step_000100.dmck")
-        assert ei.value.section == "sidecar"
-    # another step's sidecar: both steps named
+        assert ei.value.section == "tables"
+    # another step's tables file: both steps named
     save_tables_file(sp, tables, 90)
     with pytest.raises(CheckpointError, match="train_step 90 .* at step 100"):
         load_run_ckpt(tmp_path / "step_000100.dmck")
-    # another run's sidecar at the same step: refused by identity
+    # another run's tables file at the same step: refused by identity
     other = NgramTables([2, 3], 32, 4)
     other.table_step = 100
     save_tables_file(sp, other, 100)
@@ -376,7 +377,7 @@ def test_rotation_counts_loadable_checkpoints_not_names(tmp_path):
 
 
 def test_rotation_of_a_clean_directory(tmp_path):
-    "Without junk: the newest `keep` pairs stay, older pairs, orphan sidecars and stray temp files go, nothing warns."
+    "Without junk: the newest `keep` checkpoints stay; older ones, orphan tables files and temp files go; no warning."
     (tmp_path / "step_000005.ngram").write_bytes(b"orphan")
     (tmp_path / ".step_000007.dmck.tmp.12345").write_bytes(b"stray")
     assert rotation_run(tmp_path, 2, [], [10, 20, 30]) == []
@@ -389,7 +390,7 @@ def test_rotation_of_a_clean_directory(tmp_path):
 
 
 def test_describe_verifies_the_sidecar_payload(tmp_path):
-    "Issue 13 repro: a sidecar with one flipped payload byte used to be described as 'matches' and 'verdict: loads'."
+    "A tables file with one flipped payload byte is described as damaged, never as 'matches' and 'verdict: loads'."
     pair_dir(tmp_path)
     cp, sp = tmp_path / "step_000100.dmck", tmp_path / "step_000100.ngram"
     assert "matches" in describe(cp) and describe(cp).endswith("verdict: loads")

@@ -68,11 +68,11 @@ def test_the_two_orders_read_different_batches_and_stream_is_contiguous(monkeypa
 def test_ranks_slice_one_global_batch(order):
     cfg = tiny_cfg(batch=8, data_order=order)
     c = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
-    x1, y1, keep1 = global_batch(c, 7, cfg, "cpu")
+    x1, y1, keep1 = global_batch(c, 7, cfg, device="cpu")
     for world in [2, 4]:
         xs = []
         for rank in range(world):
-            x, y, keep = global_batch(c, 7, cfg, "cpu", rank, world)
+            x, y, keep = global_batch(c, 7, cfg, device="cpu", rank=rank, world=world)
             assert torch.equal(x, x1) and torch.equal(y, y1)  # every rank builds the same global batch
             xs.append(x[keep])
         assert torch.equal(torch.cat(xs), x1[keep1])  # and the slices tile it

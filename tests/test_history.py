@@ -30,7 +30,7 @@ def copy(src, dst):
     return dst
 
 
-@pytest.mark.parametrize("leave", ["nothing", "sidecars"])
+@pytest.mark.parametrize("leave", ["nothing", "tables files"])
 def test_resume_with_history_but_no_checkpoint_is_refused_naming_it(base, tmp_path, leave):
     cfg, root = base
     run = copy(root / "ref", tmp_path / "run")
@@ -42,7 +42,7 @@ def test_resume_with_history_but_no_checkpoint_is_refused_naming_it(base, tmp_pa
         fit(cfg, run, resume=True, progress=False)
     msg = str(e.value)
     assert "20 metrics rows" in msg and "1 lineage segment" in msg and "config.toml" in msg, msg
-    assert ("step_000010.ngdelta" in msg) == (leave == "sidecars"), msg  # the tables files left are named
+    assert ("step_000010.ngdelta" in msg) == (leave == "tables files"), msg  # the tables files left are named
     assert "\n" not in msg
     assert files(run) == before  # metrics and lineage untouched: not "starting from step 0"
 

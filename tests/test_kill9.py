@@ -1,6 +1,6 @@
 """kill -9: a `dormouse train` subprocess SIGKILLed at >= 20 seeded random moments, resumed each time, finishes
 bitwise identical to a run that was never killed, and never loads a torn checkpoint. Every other kill is aimed at a
-background commit of a full sidecar — the compaction of the table deltas every FULL_EVERY checkpoints, the longest
+background commit of a tables file — the compaction of the table deltas every FULL_EVERY checkpoints, the longest
 write (it waits for this process's `.step_N.ngram` temp file in ckpt/) — so most land while the loop trains on past
 the checkpoint being written."""
 
@@ -13,7 +13,7 @@ from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import train_cmd, assert_same_run
 
 KILLS = 20
-# A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a sidecar) and frequent,
+# A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a tables file) and frequent,
 # so that a good share of the wall time is spent inside a save and some kills land there.
 CONFIG = """
 steps = 600
@@ -70,7 +70,7 @@ def test_kill9_resume_is_bitwise(tmp_path, capsys):
             # wait until this segment has trained at least one new step, then a seeded random extra delay
             while proc.poll() is None and n_rows(run) <= start_rows and time.time() - t0 < 120:
                 time.sleep(0.01)
-            if attempt % 2:  # aimed: once this process's commit thread compacts a full sidecar, within 50 ms
+            if attempt % 2:  # aimed: once this process's commit thread compacts a tables file, within 50 ms
                 tmp_of_pid = f".step_*.ngram.tmp.{proc.pid}"
                 ckpt_dir = RunPaths(run).ckpt_dir
                 while proc.poll() is None and not list(ckpt_dir.glob(tmp_of_pid)) and time.time() - t0 < 120:

@@ -1,4 +1,4 @@
-"""Issue 12 item 7: legacy (v1/v2) runs resume. Without a sidecar when the plan has no n-gram tables; with a sidecar
+"""Legacy (v1/v2) runs resume. Without a tables file when the plan has no n-gram tables; with a tables file
 only when its table step equals the container's step, said loudly and recorded in lineage.jsonl. The legacy list
 names what this plan needs and the container lacks."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from dormouse.checkpoints import load_run_ckpt
 from dormouse.container import CheckpointError, load_ckpt, write_v1, write_v2
-from dormouse.sidecar import load_tables_file, save_tables_file
+from dormouse.tables_file import load_tables_file, save_tables_file
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
@@ -27,8 +27,8 @@ def runs(tmp_path_factory):
     return root
 
 
-def _legacy_at(src, dst, step, version, sidecar: bool):
-    "A copy of `src` stopped after checkpoint `step`, rewritten as an old dormouse wrote it: v1/v2 + a full sidecar."
+def _legacy_at(src, dst, step, version, with_tables: bool):
+    "A copy of `src` stopped after checkpoint `step`, rewritten as an old dormouse wrote it: v1/v2 + a tables file."
     shutil.copytree(src, dst)
     d = RunPaths(dst).ckpt_dir
     p = d / f"step_{step:06d}.dmck"
@@ -37,7 +37,7 @@ def _legacy_at(src, dst, step, version, sidecar: bool):
         if int(q.stem.split("_")[1]) != step or q.suffix != ".dmck":
             q.unlink()
     (write_v1 if version == 1 else write_v2)(p, load_ckpt(p))
-    if sidecar:
+    if with_tables:
         save_tables_file(p.with_suffix(".ngram"), tables, step)
     return p
 
@@ -45,7 +45,7 @@ def _legacy_at(src, dst, step, version, sidecar: bool):
 @pytest.mark.parametrize("version", [1, 2])
 def test_legacy_container_resumes_without_a_sidecar_when_the_plan_has_no_tables(runs, tmp_path, capsys, version):
     run = tmp_path / f"v{version}"
-    _legacy_at(runs / "notables", run, 10, version, sidecar=False)
+    _legacy_at(runs / "notables", run, 10, version, with_tables=False)
     fit(_cfg(orders=()), run, resume=True, progress=False)
     out = capsys.readouterr().out
     assert f"LEGACY checkpoint (v{version})" in out and "resumed" in out, out
@@ -60,18 +60,18 @@ def test_legacy_container_resumes_without_a_sidecar_when_the_plan_has_no_tables(
 @pytest.mark.parametrize("version", [1, 2])
 def test_legacy_container_with_a_sidecar_of_its_step_resumes_loudly(runs, tmp_path, capsys, version):
     run = tmp_path / f"sc{version}"
-    _legacy_at(runs / "tables", run, 10, version, sidecar=True)
+    _legacy_at(runs / "tables", run, 10, version, with_tables=True)
     fit(_cfg(), run, resume=True, progress=False)
     out = capsys.readouterr().out
-    assert "n-gram sidecar identity" in out and "table step equals the container's step (10)" in out, out
+    assert "n-gram tables id" in out and "table step equals the container's step (10)" in out, out
     seg = read_jsonl(RunPaths(run).lineage)[-1]
-    assert any(m.startswith("n-gram sidecar identity") for m in seg["legacy_missing"]), seg
+    assert any(m.startswith("n-gram tables id") for m in seg["legacy_missing"]), seg
     assert_same_run(runs / "tables", run)
 
 
 def test_legacy_sidecar_whose_table_step_is_not_the_containers_step_is_refused(runs, tmp_path):
     run = tmp_path / "badstep"
-    p = _legacy_at(runs / "tables", run, 10, 2, sidecar=True)
+    p = _legacy_at(runs / "tables", run, 10, 2, with_tables=True)
     tables, train_step, _ = load_tables_file(p.with_suffix(".ngram"))
     tables.table_step = 9
     save_tables_file(p.with_suffix(".ngram"), tables, train_step)
@@ -81,7 +81,7 @@ def test_legacy_sidecar_whose_table_step_is_not_the_containers_step_is_refused(r
 
 def test_missing_sidecar_of_a_v1_container_does_not_claim_it_was_written_with_one(runs, tmp_path):
     run = tmp_path / "nosc"
-    _legacy_at(runs / "tables", run, 10, 1, sidecar=False)
+    _legacy_at(runs / "tables", run, 10, 1, with_tables=False)
     with pytest.raises(CheckpointError) as e:
         fit(_cfg(), run, resume=True, progress=False)
     msg = str(e.value)

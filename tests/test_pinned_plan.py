@@ -1,12 +1,12 @@
 """Issue 12 item 1: the checkpoint pins the plan and the run. An edited config.toml, another run's checkpoint and a
-sidecar of another table shape are refused on resume; generate takes the network's shape from the container."""
+tables file of another table shape are refused on resume; generate takes the network's shape from the container."""
 
 import dataclasses, shutil
 
 import pytest
 
 from dormouse.checkpoints import load_run_ckpt, plan_sha256
-from dormouse.sidecar import save_tables_file
+from dormouse.tables_file import save_tables_file
 from dormouse.cli import main
 from dormouse.config import DriftError, cfg_from_dict, read_snapshot
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
@@ -44,9 +44,9 @@ def test_container_pins_plan_and_run_and_lineage_first_row_has_the_run_id(runs):
     run_id = rows[0]["run_id"]
     for s in (10, 20):
         ck = load_ckpt(RunPaths(runs / "ref").ckpt_dir / f"step_{s:06d}.dmck")
-        assert ck.pin["run_id"] == run_id
-        assert ck.pin["plan_sha256"] == plan_sha256(cfg_from_dict(read_snapshot(RunPaths(runs / "ref").config)))
-        assert "lr = 0.003" in ck.pin["plan"]
+        assert ck.identity["run_id"] == run_id
+        assert ck.identity["plan_sha256"] == plan_sha256(cfg_from_dict(read_snapshot(RunPaths(runs / "ref").config)))
+        assert "lr = 0.003" in ck.identity["plan"]
     other = read_jsonl(RunPaths(runs / "twin").lineage)[0]["run_id"]
     assert other != run_id
 
@@ -72,7 +72,7 @@ def test_an_unedited_resume_is_still_the_same_run(runs, tmp_path):
     assert_same_run(runs / "ref", run)
     rows = read_jsonl(RunPaths(run).lineage)
     assert rows[-1]["kind"] == "resume" and rows[-1]["run_id"] == rows[0]["run_id"]
-    assert load_ckpt(RunPaths(run).ckpt_dir / "step_000020.dmck").pin["run_id"] == rows[0]["run_id"]
+    assert load_ckpt(RunPaths(run).ckpt_dir / "step_000020.dmck").identity["run_id"] == rows[0]["run_id"]
 
 
 @pytest.mark.parametrize("other, says", [("seed2", "seed (2 there, 1 here)"), ("twin", "same plan")])
@@ -95,10 +95,10 @@ def test_a_sidecar_of_another_table_shape_is_refused_naming_both_shapes(runs, tm
 
 
 def test_a_sidecar_alone_of_another_shape_is_refused(runs, tmp_path):
-    "Only the .ngram replaced (a pre-pin container with no sidecar identity would have accepted it)."
+    "Only the .ngram replaced (a pre-pin container with no tables id would have accepted it)."
     run = stopped_at(runs / "ref", tmp_path / "shape_sc", 10)
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
-    save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), sidecar=None, pin=None, missing=["x: converted"]))
+    save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), tables_id=None, identity=None, missing=["x: converted"]))
     other = load_run_ckpt(RunPaths(runs / "slots2048").ckpt_dir / "step_000010.dmck")[1]
     save_tables_file(ck_path.with_suffix(".ngram"), other, 10)  # a pre-pin container pairs with the .ngram beside it
     with pytest.raises(CheckpointError, match="slots=2048.*slots=1024"):
@@ -120,8 +120,8 @@ def test_generate_takes_the_shape_from_the_container_not_config_toml(runs, tmp_p
 def test_a_container_without_a_plan_still_loads_and_resumes_against_config_toml(runs, tmp_path, capsys):
     run = stopped_at(runs / "ref", tmp_path / "prepin", 10)
     ck_path = RunPaths(run).ckpt_dir / "step_000010.dmck"
-    save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), pin=None))
-    assert load_ckpt(ck_path).pin is None
+    save_ckpt(ck_path, dataclasses.replace(load_ckpt(ck_path), identity=None))
+    assert load_ckpt(ck_path).identity is None
     m = load_model_weights(ck_path)
     assert any("predates plan pinning" in n for n in m.notes), m.notes
     fit(_cfg(), run, resume=True, progress=False)

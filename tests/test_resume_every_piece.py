@@ -80,7 +80,7 @@ def test_a_checkpoint_from_before_plan_pinning_is_still_checked_against_config_t
     run = tmp_path / "prepin"
     shutil.copytree(ref, run)
     for p in RunPaths(run).checkpoints():  # as written before containers pinned the plan
-        save_ckpt(p, dataclasses.replace(load_ckpt(p), pin=None))
+        save_ckpt(p, dataclasses.replace(load_ckpt(p), identity=None))
     before = _files(run)
     with pytest.raises(DriftError, match="jepa_weight"):
         fit(dataclasses.replace(CFG, jepa_weight=0.2), run, resume=True, progress=False)

@@ -38,10 +38,10 @@ def test_a_load_into_fresh_parts_runs_the_forward_the_run_ran():
     cfg = tiny_cfg(aux=True, quant="int8", quant_check=True, quant_tol=1e-9)
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     p = build_parts(cfg)
-    run_probes(p, corpus, cfg, "cpu", log=lambda *a: None)
+    run_probes(p, corpus, cfg, device="cpu", log=lambda *a: None)
     assert p.latch.tripped
     for s in range(3):
-        train_step(p, corpus, cfg, s, 2, "cpu")
+        train_step(p, corpus, cfg, s, probe_batches=2, device="cpu")
     with tempfile.TemporaryDirectory() as t:
         save_run_ckpt(t, to_run_state(p, {"threads": 1}), p.tables, keep=1)
         ck, tables, path, *_ = find_latest(t, cfg)
@@ -62,10 +62,10 @@ def test_the_row_reports_what_ran_not_what_the_plan_says():
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     p = build_parts(cfg)
     p.model.head.quant = "fp8"
-    assert train_step(p, corpus, cfg, 0, 1, "cpu")["quant"] == "mixed"
+    assert train_step(p, corpus, cfg, 0, probe_batches=1, device="cpu")["quant"] == "mixed"
     set_quant_all(p.model, "fp32")
     p.model.bf16 = True
-    row = train_step(p, corpus, cfg, 1, 1, "cpu")
+    row = train_step(p, corpus, cfg, 1, probe_batches=1, device="cpu")
     assert (row["quant"], row["bf16"], row["latch"]) == ("fp32", True, False)
 
 

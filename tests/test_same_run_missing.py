@@ -59,7 +59,7 @@ def test_a_legacy_container_reports_exactly_what_this_plan_lacks(runs, tmp_path,
     out = capsys.readouterr().out
     assert f"LEGACY checkpoint (v{version}) {p}" in out, out
     said = [ln.strip()[2:] for ln in out.splitlines() if ln.startswith("  - ")]
-    # ... and how its sidecar was paired (a legacy container records no sidecar identity): said, not hidden
-    assert [s.split(":")[0] for s in said] == lacks + ["n-gram sidecar identity"], said
+    # ... and how its tables file was paired (a legacy container records no tables id): said, not hidden
+    assert [s.split(":")[0] for s in said] == lacks + ["n-gram tables id"], said
     seg = read_jsonl(RunPaths(run).lineage)[-1]
     assert seg["kind"] == "resume" and seg["legacy_missing"] == said

@@ -31,7 +31,7 @@ def _trained(cfg, steps=2):
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     p = build_parts(cfg)
     for s in range(steps):
-        train_step(p, corpus, cfg, s, 0, "cpu")
+        train_step(p, corpus, cfg, s, probe_batches=0, device="cpu")
     return p
 
 
@@ -85,7 +85,7 @@ def test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch():
     for world in (1, 2, 4, 8):
         xs, ys = [], []
         for rank in range(world):
-            x, y, keep = global_batch(corpus, 3, cfg, "cpu", rank, world)
+            x, y, keep = global_batch(corpus, 3, cfg, device="cpu", rank=rank, world=world)
             xs.append(x[keep])
             ys.append(y[keep])
         x, y = corpus.batch_at(3, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)

@@ -23,7 +23,7 @@ def _make_ckpt(run_dir: Path) -> Path:
     try:
         from dormouse.train import fit
         from dormouse.testing import tiny_cfg
-    except ImportError as e:  # build the run directory by hand: config.toml + container + sidecar
+    except ImportError as e:  # build the run directory by hand: config.toml + container + tables file
         print(f"dormouse.train not importable ({e}); building a checkpoint from a fresh model")
         import torch
         from dormouse.config import save_snapshot

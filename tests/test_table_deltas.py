@@ -1,5 +1,5 @@
 """Table deltas (issue 15 item 3): a checkpoint writes only the n-gram rows touched since the previous one, chained by
-id to zero tables (a fresh run) or to a full sidecar compacted every FULL_EVERY checkpoints. A resume from any
+id to zero tables (a fresh run) or to a tables file compacted every FULL_EVERY checkpoints. A resume from any
 checkpoint of the chain is the same run and writes the same tables files; rotation keeps every file a kept checkpoint
 reads; a torn or missing delta is skipped loudly and the checkpoint before it used; a delta applied to another base is
 refused by its digest; `dormouse inspect` lists the chain."""
@@ -9,14 +9,15 @@ import dataclasses, shutil
 import pytest
 import torch
 
-from dormouse.checkpoints import list_ckpts, sidecar_id, table_chain
+from dormouse.checkpoints import list_ckpts, table_chain
 from dormouse.cli import main
 from dormouse.commit import FULL_EVERY
 from dormouse.container import CheckpointError
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_randint
 from dormouse.rundir import RunPaths
-from dormouse.sidecar import TablesError, load_chain, save_delta, save_tables_file
+from dormouse.tables_file import save_tables_file, TablesError
+from dormouse.deltas import load_chain, save_delta, tables_id
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
 
@@ -126,12 +127,12 @@ def test_a_delta_applied_to_another_base_is_refused_by_its_digest(tmp_path):
     base.take_touched()
     _stepped(base, 3, 2)
     delta = base.delta(base.take_touched())
-    good = save_delta(tmp_path / "step_000005.ngdelta", delta, 5, sidecar_id(full))
+    good = save_delta(tmp_path / "step_000005.ngdelta", delta, 5, tables_id(full))
     tables, step, _ = load_chain([full, good])
     assert torch.equal(tables.weight, base.weight) and torch.equal(tables.momentum, base.momentum) and step == 5
     # another base with the same steps, and a delta that names it: every header check passes, the digest cannot
     wrong = save_tables_file(tmp_path / "other.ngram", other, 3)
-    forged = save_delta(tmp_path / "forged.ngdelta", delta, 5, sidecar_id(wrong))
+    forged = save_delta(tmp_path / "forged.ngdelta", delta, 5, tables_id(wrong))
     with pytest.raises(TablesError, match="not a delta of that base"):
         load_chain([wrong, forged])
     with pytest.raises(TablesError, match="a delta of another file"):

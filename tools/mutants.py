@@ -155,8 +155,8 @@ MUTANTS = [
         [
             edit(
                 "train.py",
-                "pb, t0, stopped = pre_batches(cfg), time.time(), False",
-                "pb, t0, stopped = 0 if seg.start else pre_batches(cfg), time.time(), False",
+                "probes, t0, stopped = pre_batches(cfg), time.time(), False",
+                "probes, t0, stopped = 0 if seg.start else pre_batches(cfg), time.time(), False",
             )
         ],
         [CRASH],
@@ -167,8 +167,8 @@ MUTANTS = [
         [
             edit(
                 "train.py",
-                "                    checkpoint(seg, log, di, commits)\n",
-                "                    checkpoint(seg, log, di, commits) if done % cfg.ckpt_every == 0 else \\\n"
+                "                    checkpoint(seg, log, commits, dist_info)\n",
+                "                    checkpoint(seg, log, commits, dist_info) if done % cfg.ckpt_every == 0 else \\\n"
                 "                        commits.submit(to_run_state(seg.parts, seg.env), None)\n",
             )
         ],
@@ -230,7 +230,7 @@ MUTANTS = [
     Mutant(
         "table_step_not_restored",
         "the sidecar's table_step is not read back: the tables count from 0 again",
-        [edit("sidecar.py", "    tables.table_step = hd.table_step", "    tables.table_step = 0")],
+        [edit("tables_file.py", "    tables.table_step = hd.table_step", "    tables.table_step = 0")],
         [f"{DELTAS}::test_a_resume_from_any_checkpoint_of_a_chain_is_the_same_run_and_writes_the_same_tables_files[24]"],
     ),
     Mutant(
@@ -375,7 +375,7 @@ MUTANTS = [
         [
             edit(
                 "train.py",
-                "with RunLock(paths.lock, enabled=di.lead and paths.root.is_dir()):",
+                "with RunLock(paths.lock, enabled=dist_info.lead and paths.root.is_dir()):",
                 "with RunLock(paths.lock, enabled=False):",
             )
         ],
@@ -397,7 +397,7 @@ MUTANTS = [
     Mutant(
         "fingerprints_not_compared_across_ranks",
         "ranks that diverged go on training",
-        [edit("dist.py", "    if di.world == 1:\n        return\n    mine", "    return\n    mine")],
+        [edit("dist.py", "    if dist_info.world == 1:\n        return\n    mine", "    return\n    mine")],
         [f"{UNITS}::test_ranks_whose_fingerprints_differ_are_a_hard_error"],
     ),
     # table deltas (issue 15 item 3)
@@ -430,13 +430,13 @@ MUTANTS = [
     Mutant(
         "delta_digest_not_checked",
         "a delta applied to another base with the same steps and id loads silently wrong tables",
-        [edit("sidecar.py", "        if tuple(got) != tuple(d.digest):", "        if False:")],
+        [edit("deltas.py", "        if tuple(got) != tuple(d.digest):", "        if False:")],
         [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
     ),
     Mutant(
         "delta_base_id_not_checked",
         "a delta names its base by id, and nothing compares it",
-        [edit("sidecar.py", "    if hd.base_id != want_id:", "    if False:")],
+        [edit("deltas.py", "    if hd.base_id != want_id:", "    if False:")],
         [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
     ),
     Mutant(

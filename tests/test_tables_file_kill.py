@@ -1,13 +1,13 @@
-"""A process SIGKILLed while it writes n-gram sidecars never leaves a torn one behind: after every kill the sidecar at
-the target path loads (old or new, never a mix), its weight/momentum are exactly the tables stamped with its train_step,
-and what else is in the directory is at most the writer's hidden temp file."""
+"""A process SIGKILLed while it writes n-gram tables files never leaves a torn one behind: after every kill the
+tables file at the target path loads (old or new, never a mix), its weight/momentum are exactly the tables stamped
+with its train_step, and what else is in the directory is at most the writer's hidden temp file."""
 
 import os, signal, subprocess, sys, time
 
 import torch
 
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import load_tables_file, save_tables_file
+from dormouse.tables_file import load_tables_file, save_tables_file
 from dormouse.rng import keyed_uniform
 
 KILLS = 8
@@ -16,7 +16,7 @@ ORDERS, SLOTS, DIM = [2, 3], 1 << 16, 64  # 32 MiB per tensor: a write takes lon
 WRITER = f"""
 import sys, torch
 from dormouse.ngram import NgramTables
-from dormouse.sidecar import save_tables_file
+from dormouse.tables_file import save_tables_file
 t = NgramTables({ORDERS}, {SLOTS}, {DIM})
 path, start = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
