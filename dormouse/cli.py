@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
                              config_error, field_types, flatten, load_cfg, read_snapshot, validate)
-from .fsio import MAX_INT_DIGITS
+from .fsio import MAX_INT_DIGITS, path_text_problem
 from .container import CheckpointError
 from .checkpoints import describe
 from .commit import CommitError
@@ -81,6 +81,11 @@ def cli_value(text: str, t):
 # %% ../nbs/26_cli.ipynb #8ba126b9
 def train_cfg_from_args(args: argparse.Namespace) -> TrainCfg:
     "Base config (--config file, else the run's snapshot on --resume, else defaults) with the given flags applied."
+    for flag in ("run_dir", "config", "data", "jepa_targets"):  # paths the run writes into its records as text
+        if (v := getattr(args, flag, None)) is not None and (why := path_text_problem(v)):
+            shown = os.fsencode(v).decode("utf-8", "backslashreplace") if "\0" not in v else repr(v)
+            raise ConfigError(f"--{flag.replace('_', '-')} {shown}: the path {why}; use a UTF-8 name (rename it, or "
+                              "link it under one): the run's records carry it as text")
     snap = Path(args.run_dir) / "config.toml"
     if args.config:
         base = cfg_to_dict(load_cfg(args.config))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .config import DATA_ORDERS
-from .fsio import atomic_write_bytes
+from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
@@ -49,9 +49,9 @@ def source_files(root: Path,  # the directory
     return sorted(out)
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    "sha256 of a file, read in chunks."
+    "sha256 of a regular file, read in chunks."
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while b := f.read(chunk):
             h.update(b)
     return h.hexdigest()
@@ -174,7 +174,7 @@ class FileBytes:
     "A corpus file read with pread: a file that shrank under the run is a `CorpusError` naming it, never a SIGBUS."
     def __init__(self, path):
         self.path = str(path)
-        self._f = open(path, "rb")
+        self._f = open_regular(path)  # never a FIFO or a device: they would block, or read as endless bytes
         self.size = os.fstat(self._f.fileno()).st_size  # the size the run was opened with
 
     def __len__(self) -> int:
@@ -270,7 +270,11 @@ def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for th
                           "or data=\"\" for the default corpus.")
     if p.is_dir():
         return _dir_corpus(p, "", holdout_frac, seq_len, str(p))
-    n, need = p.stat().st_size, min_corpus_bytes(seq_len, holdout_frac)
+    try:
+        with open_regular(p) as f:  # a FIFO or /dev/zero is refused here, not read as "empty"
+            n, need = os.fstat(f.fileno()).st_size, min_corpus_bytes(seq_len, holdout_frac)
+    except NotRegularFileError as e:
+        raise CorpusError(f"corpus {p} {e.strerror}: pass a byte file or a directory") from None
     if n < need:
         size = "is empty" if n == 0 else f"has {n} bytes"
         raise CorpusError(f"corpus {p} {size}; with seq_len={seq_len} and holdout_frac="

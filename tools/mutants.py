@@ -64,6 +64,8 @@ UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 DELTAS = "tests/test_table_deltas.py"
 RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
+FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
+LOCK = "tests/test_lock.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -366,7 +368,7 @@ MUTANTS = [
     Mutant(
         "history_truncated_silently",
         "a bad line in the middle of metrics.jsonl silently drops the rows after it",
-        [edit("rundir.py", "if torn_tail and n == len(lines):", "if torn_tail:")],
+        [edit("rundir.py", "if torn_tail and nxt is _EOF:", "if torn_tail:")],
         [f"{UNITS}::test_a_bad_line_in_the_middle_of_the_history_is_an_error_not_a_truncation"],
     ),
     Mutant(
@@ -481,6 +483,73 @@ MUTANTS = [
         "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
         [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
         [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
+    ),
+    Mutant(
+        "any_file_opened",
+        "a FIFO or a device in place of a file the kit reads is opened: /dev/zero is an 'empty' corpus, a FIFO blocks",
+        [
+            edit("fsio.py", "            raise _not_regular(path, st.st_mode)  # before opening it",
+                 "            pass  # before opening it"),
+            edit("fsio.py", "        if not stat.S_ISREG(st.st_mode):  # swapped in",
+                 "        if False:  # swapped in"),
+        ],
+        [f"{FILES}::test_dev_zero_as_the_corpus_is_not_an_empty_file"],
+    ),
+    Mutant(
+        "fifo_swapped_after_the_check",
+        "a FIFO swapped in between the path's check and the open is read (the descriptor is not checked)",
+        [edit("fsio.py", "        if not stat.S_ISREG(st.st_mode):  # swapped in", "        if False:  # swapped in")],
+        ["nbs/04_fsio.ipynb"],
+    ),
+    Mutant(
+        "json_depth_unbounded",
+        "a row nested 100 deep (short of Python's recursion limit) is read as history",
+        [edit("fsio.py", "    if deep and (why := _unbounded(obj, False)):", "    if False:")],
+        [f"{FILES}::test_unbounded_history_rows_are_damage_named_by_line"],
+    ),
+    Mutant(
+        "json_integers_unbounded",
+        "a 5,000-digit step reaches int(): Python's 'Exceeds the limit' instead of damage named by its line",
+        [edit("fsio.py", '    if len(s.lstrip("-")) > MAX_INT_DIGITS:', "    if False:")],
+        [f"{FILES}::test_unbounded_history_rows_are_damage_named_by_line"],
+    ),
+    Mutant(
+        "meta_types_unchecked",
+        "a checksum-valid container with env: \"threads\" loads, and the environment check iterates over characters",
+        [edit("container.py", '    if why := json_type_problem(m, META_SCHEMA, "meta"):', "    if why := None:")],
+        [f"{FILES}::test_a_crafted_checksum_valid_meta_is_refused_naming_the_field_by_inspect_and_resume"],
+    ),
+    Mutant(
+        "tensor_shape_unbounded",
+        "a [2^62, 0] tensor loads ('verdict: loads') and resume fails deep inside torch",
+        [edit("stcodec.py", "    if len(shape) > MAX_DIMS or math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:",
+              "    if False:")],
+        [f"{FILES}::test_an_impossible_tensor_shape_is_refused_by_inspect_and_resume"],
+    ),
+    Mutant(
+        "lock_on_the_note_file",
+        "one writer: the lock is on run.lock, so deleting (or replacing) the note lets a second writer in",
+        [edit("rundir.py", "        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)",
+              "        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)")],
+        [f"{LOCK}::test_the_lock_survives_its_note_being_deleted_or_replaced"],
+    ),
+    Mutant(
+        "readers_take_the_lock_exclusive",
+        "two verifiers of one run refuse each other",
+        [edit("rundir.py", "(fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)", "fcntl.LOCK_EX")],
+        [f"{LOCK}::test_readers_share_the_lock_write_nothing_and_keep_writers_out"],
+    ),
+    Mutant(
+        "fresh_over_history_allowed",
+        "history is evidence: a fresh start over metrics, lineage and config.toml without checkpoints replaces them",
+        [edit("rundir.py", "    held = paths.history()\n    if held:", "    held = paths.history()\n    if False:")],
+        ["tests/test_history.py::test_a_fresh_start_over_history_is_refused_naming_it_and_the_two_ways_on"],
+    ),
+    Mutant(
+        "run_dir_name_unchecked",
+        "a run directory whose name is not UTF-8 is created, then fails half-way (the lock's note, the lineage)",
+        [edit("rundir.py", "        if why := path_text_problem(self.root):", "        if why := None:")],
+        ["tests/test_cli_errors.py::test_a_run_dir_name_that_is_not_utf8_is_refused_by_fit_and_nothing_is_created"],
     ),
 ]
 
