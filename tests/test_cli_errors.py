@@ -455,7 +455,7 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path
     assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "step_000015.dmck" in err and "No space left on device" in err, err
     assert [p.name for p in sorted((run / "ckpt").glob("*.dmck"))][-1] == "step_000010.dmck"
-    ck, _, path = ckpts.find_latest(run / "ckpt", log=print)
+    ck, _, path, *_ = ckpts.find_latest(run / "ckpt", log=print)
     assert ck.step == 10 and path.name == "step_000010.dmck"
 
 

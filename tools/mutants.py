@@ -350,7 +350,7 @@ MUTANTS = [
     Mutant(
         "steps_below_reached_allowed",
         "a resume with fewer steps than reached rewrites the run's history",
-        [edit("train.py", "    if cfg.steps < ck.step:", "    if False:")],
+        [edit("train.py", "    if cfg.steps < found.ckpt.step:", "    if False:")],
         [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"],
     ),
     Mutant(
@@ -362,7 +362,7 @@ MUTANTS = [
     Mutant(
         "metrics_rows_duplicated_on_resume",
         "the curve has two rows for the steps past the resumed checkpoint",
-        [edit("train.py", 'if r["step"] < parts.step]', "]")],
+        [edit("train.py", 'if row["step"] < parts.step]', "]")],
         [CRASH],
     ),
     Mutant(
