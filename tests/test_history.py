@@ -175,3 +175,18 @@ def test_no_history_is_no_refusal(tmp_path):
     (tmp_path / "run.lock").write_text("pid 1: x\n")  # a lock note and an empty ckpt/ are not a run's history
     refuse_fresh_over_history(RunPaths(tmp_path))
     assert RunPaths(tmp_path).history() == []
+
+
+@pytest.mark.parametrize("checkpoints", ["kept", "gone"])
+def test_a_second_fresh_fit_in_one_directory_is_refused_and_every_row_is_still_there(base, tmp_path, checkpoints):
+    "A run that died before its first checkpoint (its ckpt/ gone), or one that has them: `fit` again without resume."
+    cfg, root = base
+    run = copy(root / "ref", tmp_path / "run")
+    if checkpoints == "gone":
+        shutil.rmtree(run / "ckpt")
+    before = files(run)
+    with pytest.raises(RunDirError) as e:
+        fit(dataclasses.replace(cfg, seed=7), run, progress=False)
+    msg = str(e.value)
+    assert "metrics.jsonl (20 rows)" in msg and "config.toml (the plan)" in msg and "Resume that run" in msg, msg
+    assert files(run) == before  # all 20 rows, the lineage and the old plan

@@ -546,6 +546,12 @@ MUTANTS = [
         ["tests/test_history.py::test_a_fresh_start_over_history_is_refused_naming_it_and_the_two_ways_on"],
     ),
     Mutant(
+        "fresh_fit_over_history",
+        "a second fresh fit in a directory whose run died before its first checkpoint replaces its rows and plan",
+        [edit("train.py", "        refuse_fresh_over_history(paths)  # history is evidence", "        pass  #")],
+        ["tests/test_history.py::test_a_second_fresh_fit_in_one_directory_is_refused_and_every_row_is_still_there"],
+    ),
+    Mutant(
         "run_dir_name_unchecked",
         "a run directory whose name is not UTF-8 is created, then fails half-way (the lock's note, the lineage)",
         [edit("rundir.py", "        if why := path_text_problem(self.root):", "        if why := None:")],
