@@ -53,8 +53,8 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     return atomic_write(path, lambda f: f.write(data))
 
 # %% ../nbs/04_fsio.ipynb #bb559f9f
-_FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 _MODES = {"rb": os.O_RDONLY, "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT}
 
 class NotRegularFileError(OSError):
