@@ -17,12 +17,12 @@ Run it with MKL_CBWR=AUTO,STRICT in the environment (the thread-invariant numeri
 """
 
 import argparse, json, os, statistics, sys, time
-import torch
-from dormouse.config import TrainCfg, cfg_to_dict, flatten, with_key
-from dormouse.data import load_corpus
+from dormouse.config import TrainCfg, with_key
+from dormouse.data import load_corpus, score_sample
 from dormouse.numerics import run_scope
 from dormouse.parts import build_parts
-from dormouse.step import pre_batches, run_probes, train_step
+from dormouse.score import score
+from dormouse.step import evaluate, pre_batches, run_probes, train_step
 
 REF = {}  # the reference: TrainCfg() as it stands, at 2 threads
 CONFIGS = {
@@ -100,6 +100,42 @@ def cost(a) -> None:
               flush=True)
 
 
+def schedule(steps: int, decay_frac: float = 0.15, warmup: int = 50) -> dict:
+    "The schedule keys of a run of `steps`: warm-up, flat, then cosine to min_lr ending at the last step."
+    start = max(warmup, round(decay_frac * steps))
+    return {"warmup": warmup, "decay_start": start, "decay_steps": max(1, steps - start)}
+
+
+def quality(a) -> None:
+    "Train one candidate for --steps (fit's train_step, nothing else) and score it like a compressor."
+    name, cfg = make_cfg(a.cand, a.threads, steps=a.steps, **schedule(a.steps, a.decay_frac))
+    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    sample = score_sample(corpus, a.score_bytes)
+    t0 = time.time()
+    losses = []
+    with run_scope(cfg.threads, "cpu"):
+        parts = build_parts(cfg)
+        run_probes(parts, corpus, cfg, "cpu", log=lambda m: None)
+        for s in range(cfg.steps):
+            losses.append(train_step(parts, corpus, cfg, s, pre_batches(cfg), "cpu")["loss"])
+        t1 = time.time()
+        ev = evaluate(parts, corpus, cfg, "cpu")[f"eval_bpb_d{cfg.model.depth}"]
+        sc = score(parts.model, parts.tables, corpus, cfg.seq_len, cfg.model.depth, stride=a.stride or None,
+                   sample=sample)
+    t2 = time.time()
+    n_params = sum(p.numel() for p in parts.model.parameters())
+    tail = losses[-100:]
+    row = {"cfg": a.cand, "steps": cfg.steps, "tokens": cfg.steps * cfg.batch * cfg.seq_len, "params": n_params,
+           "score_bpb": round(sc.bits_per_byte, 4), "score_se": round(sc.se, 4), "score_bytes": sc.nbytes,
+           "stride": sc.stride, "inloop_bpb": round(ev, 4), "train_loss_last100": round(sum(tail) / len(tail), 4),
+           "train_s": round(t1 - t0, 1), "score_s": round(t2 - t1, 1), "threads": cfg.threads,
+           "load": round(os.getloadavg()[0], 2), "lr": cfg.lr, "decay_start": cfg.decay_start}
+    print(json.dumps(row), flush=True)
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -109,6 +145,14 @@ def main(argv=None):
     c.add_argument("--steps", type=int, default=24)
     c.add_argument("--warm", type=int, default=3)
     c.add_argument("--threads", type=int, default=2)
+    q = sub.add_parser("quality")
+    q.add_argument("cand")
+    q.add_argument("--steps", type=int, required=True)
+    q.add_argument("--threads", type=int, default=1, help="quality does not depend on threads; 1 lets two run at once")
+    q.add_argument("--decay-frac", type=float, default=0.15)
+    q.add_argument("--score-bytes", type=int, default=400_000, help="the keyed held-out sample scored")
+    q.add_argument("--stride", type=int, default=0, help="score stride (0: half the window)")
+    q.add_argument("--out", default="")
     sub.add_parser("list")
     a = ap.parse_args(argv)
     if a.cmd == "list":
@@ -116,6 +160,8 @@ def main(argv=None):
             print(k, v)
     elif a.cmd == "cost":
         cost(a)
+    elif a.cmd == "quality":
+        quality(a)
     return 0
 
 

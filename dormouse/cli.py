@@ -23,7 +23,7 @@ from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit
 from .view import compare_runs, plot_run
-from .data import COMPRESSORS, compressor_baselines, load_corpus
+from .data import COMPRESSORS, compressor_baselines, load_corpus, score_bytes
 from .score import score
 
 # %% auto #0
@@ -212,6 +212,8 @@ def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
     if not cfg.eval or not cks or int(os.environ.get("RANK", "0")) != 0:
         return  # no eval asked for, nothing to score, or not the rank that writes
     try:
+        if not score_bytes():
+            return  # DORMOUSE_SCORE_BYTES=0: no final score
         im = load_model_weights(cks[-1], quant="stored", log=lambda msg: None)
         run = im.cfg  # the plan the checkpoint pins: its corpus, split and seq_len
         corpus = load_corpus(run.data, run.holdout_frac, run.seq_len)
@@ -232,7 +234,7 @@ def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
               f"{_gaps(sc.bits_per_byte, base, ' +train')}")
     except KeyboardInterrupt:  # the run is over and its checkpoint written: Ctrl-C here stops the report, not the run
         print(f"final score interrupted; the run is complete (checkpoint {cks[-1].name})", file=sys.stderr)
-    except (CorpusError, OSError) as e:
+    except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score, keep its status
         print(f"no final score: {e}", file=sys.stderr)
 
 def cmd_train(args) -> int:

@@ -18,8 +18,8 @@ from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 __all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'SCORE_BYTES', 'SCORE_PIECE', 'SCORE_KEY', 'COMPRESSORS', 'BASELINE_PREFIX',
            'BASELINE_FORMAT', 'CorpusError', 'cache_dir', 'cache_write', 'source_files', 'file_sha256', 'stdlib_root',
            'holdout_files', 'build_dir_corpus', 'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus',
-           'load_corpus', 'default_corpus_bytes', 'held_units', 'HeldSample', 'score_sample', 'compressed_size',
-           'compressor_baselines']
+           'load_corpus', 'default_corpus_bytes', 'score_bytes', 'held_units', 'HeldSample', 'score_sample',
+           'compressed_size', 'compressor_baselines']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
@@ -289,6 +289,15 @@ SCORE_BYTES = 4 << 20  # most held-out bytes the final score and the compressors
 SCORE_PIECE = 1 << 16  # a held-out unit longer than the bound is sampled in pieces of this many bytes
 SCORE_KEY = b"dormouse-score"  # key of the sample's order: fixed, so every run on a corpus is scored on the same bytes
 
+def score_bytes() -> int:
+    "The held-out sample's bound: $DORMOUSE_SCORE_BYTES (0: no final score), else `SCORE_BYTES`."
+    raw = os.environ.get("DORMOUSE_SCORE_BYTES", "").strip()
+    if not raw:
+        return SCORE_BYTES
+    if not raw.isdigit() or len(raw) > 18:
+        raise CorpusError(f"DORMOUSE_SCORE_BYTES={raw[:40]!r}: use a number of bytes (0: no final score)")
+    return int(raw)
+
 def held_units(corpus: Corpus,  # the run's corpus
                max_bytes: int = SCORE_BYTES,  # a unit longer than this is cut in pieces
               ) -> list[tuple[str, int, int]]:
@@ -336,9 +345,10 @@ class HeldSample:
                 f"{self.nbytes:,} of {self.split_bytes:,} bytes")
 
 def score_sample(corpus: Corpus,  # the run's corpus
-                 max_bytes: int = SCORE_BYTES,  # the sample's bound
+                 max_bytes: int | None = None,  # the sample's bound (default: `score_bytes()`)
                 ) -> HeldSample:
     "Held-out units ranked by a keyed hash of their names, taken while they fit in `max_bytes`, in corpus order."
+    max_bytes = score_bytes() if max_bytes is None else max_bytes
     if max_bytes < 1:
         raise ValueError(f"max_bytes={max_bytes} must be >= 1")
     units = held_units(corpus, max_bytes)
@@ -395,7 +405,7 @@ def _cached_baselines(p: Path) -> dict | None:
 
 def compressor_baselines(corpus: Corpus,  # the run's corpus
                          prefix_bytes: int = BASELINE_PREFIX,  # training text given first, from the end of the split
-                         max_bytes: int = SCORE_BYTES,  # the held-out sample's bound (`score_sample`)
+                         max_bytes: int | None = None,  # the held-out sample's bound (default: `score_bytes()`)
                          progress: bool | None = None,  # a progress bar on stderr; None: when stderr is a terminal
                          log=None,  # where a cache write failure is said (default: stderr)
                         ) -> dict:
