@@ -33,7 +33,7 @@ from torch import nn
 from dormouse.config import TrainCfg
 from dormouse.data import compressor_baselines, load_corpus, score_sample
 from dormouse.infer import load_model_weights
-from dormouse.numerics import run_scope
+from dormouse.numerics import run_scope, thread_invariant_mode
 from dormouse.parts import build_parts
 from dormouse.rundir import RunPaths
 from dormouse.score import score
@@ -135,6 +135,7 @@ def main(argv=None):
     ap.add_argument("--score-bytes", type=int, default=0, help="the held-out sample's bound (0: dormouse's default)")
     a = ap.parse_args(argv)
 
+    thread_invariant_mode()  # MKL's mode before its first call, as fit's run_scope does (it is per process)
     cfg = TrainCfg(steps=a.steps) if a.steps else TrainCfg()
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     sample = score_sample(corpus, a.score_bytes or None)
