@@ -63,6 +63,8 @@ CRASH = f"{RESUME}::test_a_crash_after_a_checkpoint_resumes_as_the_same_run"
 UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 DELTAS = "tests/test_table_deltas.py"
+OUTPUT = "tests/test_progress_output.py"
+PANEL = "tests/test_live_panel.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -443,6 +445,19 @@ MUTANTS = [
         "rule 1: another run's checkpoint whose chain does not load is skipped, and the run resumes quietly",
         [edit("train.py", "check=pinned)", "check=None)")],
         [f"{DELTAS}::test_another_runs_delta_pair_is_refused_not_skipped"],
+    ),
+    # what a person sees of a run (issue 25)
+    Mutant(
+        "progress_redraws_into_a_log",
+        "a pipe or a log file gets the terminal's bar: a carriage-return redraw per step, not a line per log step",
+        [edit("view.py", '        return "terminal" if stream.isatty() else "lines"', '        return "terminal"')],
+        [f"{OUTPUT}::test_a_pipe_gets_one_plain_line_per_log_step"],
+    ),
+    Mutant(
+        "stop_between_refreshes_not_shown",
+        "a run stopped between two refreshes ends its output on an older step than the one its checkpoint holds",
+        [edit("view.py", "        if self.row is not None and self.shown != self.done:", "        if False:")],
+        [f"{PANEL}::test_progress_in_a_kernel_is_the_panel_and_ends_with_the_last_line"],
     ),
 ]
 
