@@ -271,6 +271,8 @@ class Lab:
 
 def test_jupyterlab_panel_ctrl_c_and_a_dead_kernel(lab, page, tmp_path):
     base, token, root = lab
+    for old in ARTIFACTS.glob("jupyterlab_*.png"):  # this run's screenshots only, not a past failure's
+        old.unlink()
     nb = Lab(page, root, tmp_path)
     page.goto(f"{base}/lab/tree/lab.ipynb?token={token}", wait_until="domcontentloaded")
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for()
