@@ -156,7 +156,7 @@ def main(argv=None):
         stalls, written, kinds, cks, digests = [], [], [], [], []
         rss0 = status_kb("VmRSS:")
         Path("/proc/self/clear_refs").write_text("5")
-        with Committer(d / "ckpt", 2, True, None, *start_tables(p.tables, (load_ckpt(ck0), ck0))) as commits:
+        with Committer(d / "ckpt", 2, True, None, *start_tables(p.tables, tables_path(ck0, load_ckpt(ck0)))) as commits:
             for k in range(FULL_EVERY):
                 table_steps(p, pool, (a.repeats + 2 + k) * a.ckpt_every, a.ckpt_every)
                 p.step = (k + 1) * a.ckpt_every
@@ -187,7 +187,7 @@ def main(argv=None):
         t_load, t_tload = [], []
         for _ in range(a.load_rounds):  # alternating; each file read once just before (12 GB do not fit both warm)
             warm(ck, *(ck.parent / n for n in chain))
-            dt, (ck2, tables2) = timed(lambda: load_run_ckpt(ck))
+            dt, (ck2, tables2, *_) = timed(lambda: load_run_ckpt(ck))
             t_load.append(dt)
             assert tables2.digest() == digest, "the replayed chain is not the live tables"
             del ck2, tables2

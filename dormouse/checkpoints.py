@@ -6,13 +6,14 @@
 from __future__ import annotations
 import hashlib, os, re, warnings
 from pathlib import Path
+from typing import NamedTuple
 import tomli_w
 from .config import (ENV_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_dict, check_drift, diff_keys,
                              parse_toml, snapshot_toml)
 from .data import CorpusError
 from .container import (Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3,
                                 section_checks)
-from .ngram import TableDelta
+from .ngram import NgramTables, TableDelta
 from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, check_link, load_chain, load_delta,
                               read_table_header, save_compacted, save_delta, save_sidecar, table_file_id,
                               verify_sidecar)
@@ -20,7 +21,7 @@ from .sidecar import (ZERO_BASE, DeltaHeader, SidecarError, check_link, load_cha
 # %% auto #0
 __all__ = ['STAMP_WINDOW', 'ckpt_name', 'list_ckpts', 'sidecar_id', 'tables_path', 'table_chain', 'plan_sha256', 'new_run_id',
            'make_pin', 'pinned_plan', 'CorpusChangedError', 'corpus_stamp', 'check_corpus', 'save_run_ckpt',
-           'load_run_ckpt', 'find_latest', 'check_pin', 'describe']
+           'LoadedCheckpoint', 'load_run_ckpt', 'find_latest', 'check_pin', 'describe']
 
 # %% ../nbs/13_checkpoints.ipynb #147cd038
 class _PairingError(CheckpointError):
@@ -217,10 +218,10 @@ def save_run_ckpt(ckpt_dir, state: RunState,
 def _shape(orders, slots, dim) -> str:
     return f"orders={list(orders)} slots={slots} dim={dim}"
 
-def _refuse_as_pairing(check, ck: Checkpoint, path: Path) -> None:
-    "Run a caller's check of the container; a `CheckpointError` it raises is a refusal, never a torn file to skip."
+def _refuse_as_pairing(check, ck: Checkpoint, path: Path):
+    "What a caller's check of the container returns; a `CheckpointError` it raises is a refusal, never a torn file."
     try:
-        check(ck, path)
+        return check(ck, path)
     except _PairingError:
         raise
     except CheckpointError as e:
@@ -255,30 +256,39 @@ def _pair_checks(path: Path, sp: Path, ck: Checkpoint, cfg: TrainCfg | None) -> 
                             f"{path.name} (step {ck.step}): same step, different tables — another run's, or replaced")
 
 # %% ../nbs/13_checkpoints.ipynb #078041d6
-def load_run_ckpt(path, lr: float = 0.05, momentum: float = 0.9,  # the run's ngram_lr / ngram_momentum (config)
-                  device: str = "cpu",
-                  cfg: TrainCfg | None = None,  # the plan resuming it: tables' shape checked, legacy `missing` narrowed
-                  check=None,  # called as check(ck, path) before the tables load: raise to refuse (never skipped)
-                 ) -> tuple:
-    "(Checkpoint, NgramTables | None) for a container and its tables (the whole chain), or `CheckpointError`."
+class LoadedCheckpoint(NamedTuple):
+    "A container loaded with its tables (the whole chain applied), and what the caller's check of it returned."
+    ckpt: Checkpoint  # the container, checksums verified
+    tables: NgramTables | None  # the n-gram tables it names; None: written without tables (or the plan has none)
+    path: Path  # the container's file
+    tables_file: Path | None  # the tables file (or delta) the tables were loaded from; None: no tables loaded
+    checked: object = None  # what `check(ckpt, path)` returned (a resume's: the identity); None without a check
+
+def load_run_ckpt(path,  # a container, e.g. ckpt/step_000100.dmck
+                  cfg: TrainCfg | None = None,  # the plan: the tables' shape checked, lr/momentum set
+                  *,
+                  device: str = "cpu",  # where the tables go
+                  check=None,  # check(ck, path) before the tables load: raise to refuse (never skipped); its value kept
+                 ) -> LoadedCheckpoint:
+    "A container and its tables (the whole chain), each proved to belong to the other, or `CheckpointError`."
     path = Path(path)
     ck = load_ckpt(path)
     if (m := _NAME.match(path.name)) and int(m[1]) != ck.step:
         raise _PairingError(path, "step", f"the file name says step {int(m[1])} but the container holds step {ck.step}")
-    if check is not None:  # the container's own identity first, then its tables
-        _refuse_as_pairing(check, ck, path)
+    checked = None if check is None else _refuse_as_pairing(check, ck, path)  # its own identity first, then tables
     orders = None if cfg is None else list(cfg.model.ngram_orders)
     if ck.sidecar is None and not ck.legacy:  # written without n-gram tables
         if orders:
             raise _PairingError(path, "sidecar", f"written without n-gram tables, but the config has ngram_orders="
                                 f"{orders}: a checkpoint of another plan")
-        return ck, None
+        return LoadedCheckpoint(ck, None, path, None, checked)
     if ck.sidecar is None and orders == []:
-        return ck, None  # a legacy container, and a plan without n-gram tables: no sidecar to pair
+        return LoadedCheckpoint(ck, None, path, None, checked)  # legacy, and a plan without n-gram tables: no pair
     sp = tables_path(path, ck)
+    opt = {} if cfg is None else {"lr": cfg.ngram_lr, "momentum": cfg.ngram_momentum}  # the plan owns them
     try:
         _pair_checks(path, sp, ck, cfg)
-        tables, _, _ = load_chain(table_chain(sp), lr=lr, momentum=momentum, expect_train_step=ck.step)
+        tables, _, _ = load_chain(table_chain(sp), **opt, expect_train_step=ck.step)
     except (SidecarError, OSError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -290,21 +300,24 @@ def load_run_ckpt(path, lr: float = 0.05, momentum: float = 0.9,  # the run's ng
                           "tables took as many updates as the model took steps, not that they are this model's tables.")
     if str(device) != "cpu":
         tables.weight, tables.momentum = tables.weight.to(device), tables.momentum.to(device)
-    return ck, tables
+    return LoadedCheckpoint(ck, tables, path, sp, checked)
 
 # %% ../nbs/13_checkpoints.ipynb #c8981e25
-def find_latest(ckpt_dir, lr: float = 0.05, momentum: float = 0.9, device: str = "cpu", log=print,
+def find_latest(ckpt_dir,  # a run's ckpt/
                 cfg: TrainCfg | None = None,  # the plan resuming it (see `load_run_ckpt`)
+                *,
+                device: str = "cpu",  # where the tables go
                 check=None,  # check(ck, path) of each container before its tables (see `load_run_ckpt`)
-               ):
-    "(Checkpoint, tables, path) of the newest complete pair, skipping torn ones loudly; None when there is none."
+                log=print,  # where a skipped checkpoint is said
+               ) -> LoadedCheckpoint | None:
+    "The newest complete checkpoint, skipping torn ones loudly; None when there is none."
     cks = list_ckpts(ckpt_dir)
     if not cks:
         return None
     errs = []
     for _, p in reversed(cks):
         try:
-            return (*load_run_ckpt(p, lr, momentum, device, cfg, check), p)
+            return load_run_ckpt(p, cfg, device=device, check=check)
         except _PairingError:
             raise
         except CheckpointError as e:
@@ -317,14 +330,11 @@ def check_pin(ck: Checkpoint,  # the checkpoint a resume found
               path,  # its file, named in errors
               cfg: TrainCfg,  # the plan resuming it
               run_id: str | None,  # the run's id from lineage.jsonl (None: not recorded)
-              log=print,
              ) -> dict | None:
     "The checkpoint's pin, checked: another run is `CheckpointError`, another plan `DriftError`; None before pinning."
     path = Path(path)
     plan = pinned_plan(ck, path)
     if plan is None:
-        log(f"{path.name} predates plan pinning: the plan is checked against config.toml only, and the run's "
-            "identity cannot be checked")
         return None
     if run_id is not None and ck.pin["run_id"] != run_id:
         diffs = diff_keys(plan, cfg)

@@ -8,7 +8,8 @@ import argparse, ast, dataclasses, errno, inspect, io, json, os, re, sys, textwr
 from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
-                             field_types, flatten, load_cfg, read_snapshot, validate)
+                             config_error, field_types, flatten, load_cfg, read_snapshot, validate)
+from .fsio import MAX_INT_DIGITS
 from .container import CheckpointError
 from .checkpoints import describe
 from .commit import CommitError
@@ -62,12 +63,15 @@ def normalize_flags(argv: list[str]) -> list[str]:
 
 # %% ../nbs/26_cli.ipynb #6cbf9331
 def cli_value(text: str, t):
-    "A flag's text as a value of annotated type `t`, or kept as text for the type check to name."
+    "A flag's text as a value of annotated type `t`, or kept as text for the type check to name; a huge integer raises."
     if t is str:
         return text
     if typing.get_origin(t) is list:
         return [cli_value(x.strip(), typing.get_args(t)[0]) for x in text.strip("[]").split(",") if x.strip()]
     if t is int and re.fullmatch(r"[+-]?\d+", text.strip()):
+        digits = len(text.strip().lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            raise ConfigError(f"an integer of {digits} digits, too large to mean anything (at most {MAX_INT_DIGITS})")
         return int(text)
     try:
         return float(text) if t in (int, float) else text
@@ -84,6 +88,7 @@ def train_cfg_from_args(args: argparse.Namespace) -> TrainCfg:
         base = cfg_to_dict(cfg_from_dict(read_snapshot(snap)))
     else:
         base = cfg_to_dict(TrainCfg())
+    problems = []
     for key, t in field_types().items():
         v = getattr(args, key, None)
         if v is None or dataclasses.is_dataclass(t):
@@ -92,7 +97,12 @@ def train_cfg_from_args(args: argparse.Namespace) -> TrainCfg:
         node = base
         for k in parents:
             node = node[k]
-        node[last] = cli_value(v, t) if isinstance(v, str) else v
+        try:
+            node[last] = cli_value(v, t) if isinstance(v, str) else v
+        except ConfigError as e:
+            problems.append(f"--{key.replace('_', '-')} {v[:12]}...: {e}")
+    if problems:
+        raise config_error(problems, "the command line")
     return cfg_from_dict(base)
 
 # %% ../nbs/26_cli.ipynb #88a3a4d7

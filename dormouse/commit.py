@@ -7,14 +7,15 @@ from __future__ import annotations
 import copy, warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 import torch
-from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id, table_chain, tables_path
+from .checkpoints import check_corpus, ckpt_name, save_run_ckpt, sidecar_id, table_chain
 from .container import RunState
 from .ngram import NgramTables
 from .sidecar import ZERO_BASE
 
 # %% auto #0
-__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer', 'start_tables']
+__all__ = ['FULL_EVERY', 'snapshot', 'CommitError', 'Committer', 'TablesStart', 'start_tables']
 
 # %% ../nbs/14_commit.ipynb #bgc0ex01
 def _copy_tree(v, old=None):
@@ -155,17 +156,21 @@ class Committer(_TablePolicy):
         return False
 
 # %% ../nbs/14_commit.ipynb #821c9eef
+class TablesStart(NamedTuple):
+    "Where a segment's first table delta chains to: what `Committer` starts from."
+    base: dict | None  # `sidecar_id` of the file the first delta applies to (`ZERO_BASE`: zero tables); None: none
+    deltas: int = 0  # deltas in `base`'s chain since its full tables file (or zero tables)
+    chain_bytes: int = 0  # the bytes of those deltas
+
 def start_tables(tables,  # the segment's NgramTables (None: a run without tables)
-                 resumed: tuple | None = None,  # (Checkpoint, its path) the tables were loaded from; None: fresh
-                ) -> tuple:  # (base, deltas, chain_bytes) for `Committer`
+                 tables_file: Path | None = None,  # the tables file a resume loaded them from; None: fresh
+                ) -> TablesStart:
     "Where a segment's first delta chains to: zero tables, the resumed tables file, or nothing (a full copy first)."
     if tables is None:
-        return None, 0, 0
+        return TablesStart(None)
     rows = tables.take_touched()  # the touched rows count from here
-    if resumed is None:  # fresh: zero tables, if nothing has written them
-        return (ZERO_BASE, 0, 0) if rows is not None and not rows.numel() and tables.table_step == 0 else (None, 0, 0)
-    tp = tables_path(resumed[1], resumed[0])
-    if not tp.exists():  # a legacy container resumed without tables (the plan has none)
-        return None, 0, 0
-    deltas = [q for q in table_chain(tp) if q.suffix == ".ngdelta"]
-    return sidecar_id(tp), len(deltas), sum(q.stat().st_size for q in deltas)
+    if tables_file is None:  # fresh: zero tables, if nothing has written them
+        zero = rows is not None and not rows.numel() and tables.table_step == 0
+        return TablesStart(ZERO_BASE if zero else None)
+    deltas = [q for q in table_chain(tables_file) if q.suffix == ".ngdelta"]
+    return TablesStart(sidecar_id(tables_file), len(deltas), sum(q.stat().st_size for q in deltas))

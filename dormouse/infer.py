@@ -249,7 +249,7 @@ def load_model_weights(path,  # a container: run_dir/ckpt/step_N.dmck (v1, v2 or
 def _load_model_weights(path: Path, quant, cfg, depth, device, threads, log) -> InferenceModel:
     sidecar = next((q for q in (path.with_suffix(".ngdelta"), path.with_suffix(".ngram")) if q.exists()),
                    path.with_suffix(".ngram"))  # a delta loads with its chain
-    ck, tables = load_run_ckpt(path) if sidecar.exists() else (load_ckpt(path), None)
+    ck, tables = load_run_ckpt(path)[:2] if sidecar.exists() else (load_ckpt(path), None)
     notes = []
     if ck.legacy:
         notes.append(f"legacy v{ck.version} container: what it lacks matters to a resume, not to inference")

@@ -8,7 +8,7 @@ import dataclasses, hashlib, os, shutil
 from pathlib import Path
 import torch
 from .config import ConfigError, TrainCfg, validate
-from .checkpoints import find_latest, load_run_ckpt
+from .checkpoints import LoadedCheckpoint, find_latest, load_run_ckpt
 from .container import CheckpointError
 from .numerics import numeric_env, run_scope
 from .data import load_corpus
@@ -56,19 +56,18 @@ def weights_sha256(sd: dict) -> str:
     return h.hexdigest()
 
 # %% ../nbs/20_precompute.ipynb #1dfe59d2
-def _teacher_container(cfg: TrainCfg, teacher_ckpt, device: str):
-    "(loaded container, n-gram tables or None, its path) for a `.dmck` path or a run directory."
+def _teacher_container(cfg: TrainCfg, teacher_ckpt, device: str) -> LoadedCheckpoint:
+    "The teacher's container and n-gram tables (frozen: they never step) for a `.dmck` path or a run directory."
     p = Path(teacher_ckpt)
     try:
         if p.is_dir():
             d = p / "ckpt" if (p / "ckpt").is_dir() else p
-            found = find_latest(d, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device)
+            found = find_latest(d, device=device)
             if found is None:
                 raise TargetsError(f"teacher: no checkpoint container in {d}")
             return found
         if p.exists():
-            ck, tables = load_run_ckpt(p, cfg.ngram_lr, cfg.ngram_momentum, device)
-            return ck, tables, p
+            return load_run_ckpt(p, device=device)
         raise TargetsError(f"teacher checkpoint not found: {p}")
     except CheckpointError as e:
         raise TargetsError(f"teacher checkpoint refused: {e}") from None
@@ -94,7 +93,7 @@ def load_teacher(cfg: TrainCfg,  # the run the targets are for (its model shape)
     "(frozen model, n-gram tables or None, info dict) for a teacher checkpoint."
     if compute not in COMPUTE_MODES:
         raise ConfigError(f"compute={compute!r}: use one of {', '.join(COMPUTE_MODES)}")
-    ck, tables, p = _teacher_container(cfg, teacher_ckpt, device)
+    ck, tables, p, *_ = _teacher_container(cfg, teacher_ckpt, device)
     model = DormouseModel(cfg.model, aux=False)
     sd = {k: v for k, v in ck.model.items() if not k.startswith("jepa.")}
     try:

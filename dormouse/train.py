@@ -5,29 +5,31 @@
 # %% ../nbs/22_train.ipynb #bbe75834
 from __future__ import annotations
 import contextlib, dataclasses, datetime, functools, os, signal, threading, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 import pandas as pd
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
                              snapshot_toml, validate)
+from .container import Checkpoint
 from .data import Corpus, load_corpus
 from .numerics import check_env, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
+from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import check_pin, corpus_stamp, find_latest, make_pin, new_run_id
-from .commit import Committer, start_tables
+from .checkpoints import LoadedCheckpoint, check_pin, corpus_stamp, find_latest, make_pin, new_run_id
+from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
                              write_atomic, write_jsonl)
 from .view import Progress
 
 # %% auto #0
-__all__ = ['pin_inputs', 'resume_into', 'Segment', 'open_segment', 'StopFlag', 'checkpoint', 'fingerprint', 'loop_helpers',
-           'wrap_ddp', 'hold_run_dir', 'fit', 'close_segment']
+__all__ = ['pin_inputs', 'Resume', 'decide_resume', 'Segment', 'lineage_row', 'open_segment', 'StopFlag', 'checkpoint',
+           'fingerprint', 'loop_helpers', 'wrap_ddp', 'hold_run_dir', 'fit', 'close_segment']
 
 # %% ../nbs/22_train.ipynb #943592db
 def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
@@ -59,39 +61,77 @@ def _history(paths: RunPaths) -> str:
     return ", ".join(held + ([f"ckpt/ with {len(other)} other file(s): {', '.join(other[:3])}"] if other else []))
 
 # %% ../nbs/22_train.ipynb #df4869d5
-def resume_into(parts: Parts, cfg: TrainCfg, paths: RunPaths, env: dict, allow_env_drift: bool, device: str,
-                seg_row: dict,  # this segment's lineage row, filled in here
-               ) -> tuple:  # (Checkpoint, its path): where the segment's tables came from
-    "Check the plan, load the newest complete checkpoint, check the environment, restore every piece of run state."
+@dataclass(frozen=True)
+class Resume:
+    "Everything a resume found and checked: the segment and its lineage row are made from it."
+    path: Path  # the container it resumes from
+    ckpt: Checkpoint  # that container, loaded
+    tables: NgramTables | None  # its tables, the whole chain applied (None: the plan has none)
+    tables_file: Path | None  # the tables file (or delta) they were loaded from: the next delta's base
+    identity: dict | None  # what the container pins about its run, checked (None: written before pinning)
+    run_id: str | None  # the run's id: the identity's, else lineage.jsonl's (None: recorded nowhere)
+    run_started: str | None  # when the run started, from the identity (None: not pinned)
+    progress_changes: dict = field(default_factory=dict)  # {progress key: [snapshot's value, this plan's]}
+    env_drift: dict = field(default_factory=dict)  # {key: [checkpoint's, now]}: accepted with allow_env_drift
+    env_unrecorded: list = field(default_factory=list)  # keys the checkpoint's record could not see: unchecked
+    legacy_missing: list = field(default_factory=list)  # what a legacy container lacks of what the plan needs
+
+    @property
+    def step(self) -> int:
+        "The step the resume continues from."
+        return self.ckpt.step
+
+# %% ../nbs/22_train.ipynb #ff4c1857
+def _check_plan(cfg: TrainCfg, paths: RunPaths) -> dict:
+    "The plan against the run's snapshot (`DriftError`); the progress keys that changed, {key: [old, new]}."
     if not paths.config.exists():
         raise ConfigError(f"nothing to resume in {paths.root}: it has no config.toml. Run without resume to start it.")
     snapshot = read_snapshot(paths.config)
     check_drift(snapshot, cfg, where=str(paths.config))
     old, new = flatten(snapshot), flatten(cfg_to_dict(cfg))
-    seg_row["progress_changes"] = {k: [old.get(k), new[k]] for k in sorted(PROGRESS_KEYS) if old.get(k) != new[k]}
-    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
-    pinned = functools.partial(check_pin, cfg=cfg, run_id=run_id, log=lambda m: None)  # logged once, below
-    found = find_latest(paths.ckpt_dir, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, device=device, cfg=cfg,
-                        check=pinned)  # a container of another run or plan is refused before its tables load
+    return {k: [old.get(k), new[k]] for k in sorted(PROGRESS_KEYS) if old.get(k) != new[k]}
+
+def _newest_checkpoint(cfg: TrainCfg, paths: RunPaths, run_id: str | None, device: str) -> LoadedCheckpoint:
+    "The newest complete checkpoint, its identity checked once before its tables load (`checked`); or a refusal."
+    pinned = functools.partial(check_pin, cfg=cfg, run_id=run_id)  # another run: CheckpointError; plan: DriftError
+    found = find_latest(paths.ckpt_dir, cfg, device=device, check=pinned)
     if found is None:
         raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
                           "resume from, and starting from step 0 would replace that history. Restore its checkpoints, "
                           "or start over in a new run_dir (or run without resume, which replaces the history).")
-    ck, tables, ck_path = found
-    pin = check_pin(ck, ck_path, cfg, run_id)  # another run: CheckpointError; another plan: DriftError
-    if pin is not None:  # the run's identity is carried unchanged
-        seg_row.update(run_id=pin["run_id"], run_started=pin["run_started"])
-    elif run_id is not None:
-        seg_row["run_id"] = run_id
-    if cfg.steps < ck.step:
-        raise ConfigError(f"steps={cfg.steps} is below step {ck.step}, which {paths.root} has already reached "
-                          f"({ck_path.name}): a resume cannot train backwards. Pass steps >= {ck.step}.")
-    seg_row["env_drift"] = check_env(ck.env, env, allow_env_drift, where=ck_path)
-    seg_row["env_unrecorded"] = env_unrecorded(ck.env, env)  # keys an older record could not see: unchecked
-    seg_row["legacy_missing"] = restore(parts, ck, tables, cfg, path=ck_path)
-    seg_row.update(kind="resume", start_step=ck.step, checkpoint=str(ck_path))
-    print(f"resumed {paths.root} at step {ck.step} from {ck_path.name}")
-    return ck, ck_path
+    if found.checked is None:
+        print(f"{found.path.name} predates plan pinning: the plan is checked against config.toml only, and the run's "
+              "identity cannot be checked")
+    if cfg.steps < found.ckpt.step:
+        raise ConfigError(f"steps={cfg.steps} is below step {found.ckpt.step}, which {paths.root} has already reached "
+                          f"({found.path.name}): a resume cannot train backwards. Pass steps >= {found.ckpt.step}.")
+    return found
+
+# %% ../nbs/22_train.ipynb #dcfb36f3
+def _check_environment(found: LoadedCheckpoint, env: dict, allow_env_drift: bool) -> tuple[dict, list]:
+    "(accepted drift {key: [checkpoint's, now]}, keys unrecorded): `EnvDriftError` unless equal or allowed."
+    drift = check_env(found.ckpt.env, env, allow_env_drift, where=found.path)
+    return drift, env_unrecorded(found.ckpt.env, env)  # keys an older record could not see: unchecked
+
+def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is restored into them
+                  cfg: TrainCfg,  # the plan
+                  paths: RunPaths,  # the run directory
+                  env: dict,  # this process's numeric environment
+                  *,
+                  allow_env_drift: bool = False,  # accept a different numeric environment (recorded)
+                  device: str = "cpu",
+                 ) -> Resume:
+    "Every check of a resume, in order, then the run state restored into `parts`: a `Resume`, or one refusal."
+    progress = _check_plan(cfg, paths)
+    run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
+    found = _newest_checkpoint(cfg, paths, run_id, device)
+    drift, unrecorded = _check_environment(found, env, allow_env_drift)
+    legacy = restore(parts, found.ckpt, found.tables, cfg, path=found.path)  # refuses what the plan needs and lacks
+    identity = found.checked  # the run's identity is carried unchanged
+    print(f"resumed {paths.root} at step {found.ckpt.step} from {found.path.name}")
+    return Resume(found.path, found.ckpt, found.tables, found.tables_file, identity,
+                  identity["run_id"] if identity else run_id, identity["run_started"] if identity else None,
+                  progress, drift, unrecorded, legacy)
 
 # %% ../nbs/22_train.ipynb #712b8fb5
 @dataclass
@@ -104,8 +144,18 @@ class Segment:
     start: int  # first step this segment trains
     rows: list  # metrics rows of the whole run so far
     lead: bool  # rank 0: the one writer
-    pin: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
-    tables_start: tuple = (None, 0, 0)  # `start_tables`: what the first checkpoint's table delta chains to
+    identity: dict | None = None  # `make_pin`: the plan, run id and corpus stamp every checkpoint records and checks
+    tables_start: TablesStart = TablesStart(None)  # `start_tables`: what the first checkpoint's table delta chains to
+    resume: Resume | None = None  # what this segment's resume found and checked; None: a fresh segment
+
+def lineage_row(seg: Segment, started: str) -> dict:
+    "The segment's row in lineage.jsonl: where it starts, its environment, and what its resume found."
+    r = seg.resume
+    row = {"segment": seg.index, "start_step": seg.start, "kind": "resume" if r else "fresh",
+           "checkpoint": str(r.path) if r else None, "env": seg.env, "env_drift": r.env_drift if r else {},
+           "legacy_missing": r.legacy_missing if r else [], "progress_changes": r.progress_changes if r else {},
+           "time": started[:19], "run_id": seg.identity["run_id"], "run_started": seg.identity["run_started"]}
+    return {**row, "env_unrecorded": r.env_unrecorded} if r else row
 
 # %% ../nbs/22_train.ipynb #c750fc29
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, allow_env_drift: bool, device: str,
@@ -117,29 +167,27 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus, resume: bool, a
     env = numeric_env(cfg.threads, torch.device(device).type, di.world)  # the forward is added below, from the model
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
-    row = {"start_step": 0, "kind": "fresh", "checkpoint": None, "env": env, "env_drift": {}, "legacy_missing": [],
-           "progress_changes": {}, "time": started[:19], "run_id": new_run_id(cfg, started), "run_started": started}
-    found = resume_into(parts, cfg, paths, env, allow_env_drift, device, row) if resume else None
+    r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device) if resume else None
     if not resume and paths.checkpoints():
         raise ConfigError(f"{paths.root} already has checkpoints ({paths.checkpoints()[-1].name}); pass resume=True "
                           "(dormouse train --resume) to continue it, or choose a new run_dir.")
     barrier(di)  # every rank has decided fresh/resume before rank 0 writes anything
-    if row["kind"] == "fresh":
+    if r is None:
         run_probes(parts, corpus, cfg, device)
     env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
-    resumed = row["kind"] == "resume"
-    lineage = read_lineage(paths.root) if resumed else []
-    rows = [r for r in read_metrics(paths.root) if r["step"] < parts.step] if resumed else []
-    seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead,
-                  make_pin(cfg, row["run_id"], row["run_started"], stamp), start_tables(parts.tables, found))
-    already = resumed and parts.step == cfg.steps  # nothing to train, so nothing is written
-    if seg.lead and already:
+    lineage = read_lineage(paths.root) if r else []
+    rows = [row for row in read_metrics(paths.root) if row["step"] < parts.step] if r else []
+    run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
+    identity = make_pin(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
+    seg = Segment(paths, parts, env, len(lineage), parts.step, rows, di.lead, identity,
+                  start_tables(parts.tables, r.tables_file if r else None), r)
+    if seg.lead and r and parts.step == cfg.steps:  # nothing to train, so nothing is written
         print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
     elif seg.lead:
         paths.ckpt_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(paths.config, snapshot_toml(cfg))
         write_jsonl(paths.metrics, seg.rows)
-        write_jsonl(paths.lineage, lineage + [{"segment": seg.index, **row}])
+        write_jsonl(paths.lineage, lineage + [lineage_row(seg, started)])
     barrier(di)
     return seg
 
@@ -197,7 +245,7 @@ def loop_helpers(seg: Segment, cfg: TrainCfg, progress, ckpt_background: bool) -
     log = MetricsLog(seg.paths.metrics, enabled=seg.lead)
     ui = Progress(seg.paths.root.name, seg.start, cfg.steps, cfg.log_every, cfg.batch * cfg.seq_len,
                   show=progress is not False and seg.lead)
-    commits = Committer(seg.paths.ckpt_dir, cfg.keep_ckpts, ckpt_background, seg.pin, *seg.tables_start)
+    commits = Committer(seg.paths.ckpt_dir, cfg.keep_ckpts, ckpt_background, seg.identity, *seg.tables_start)
     return log, ui, commits
 
 def wrap_ddp(parts: Parts, device: str, di: DistInfo) -> None:

@@ -73,7 +73,7 @@ def test_fit_returns_once_the_last_checkpoint_is_committed(tmp_path, monkeypatch
     monkeypatch.setattr(ckpts, "save_v3", slow_save_v3)
     fit(tiny_cfg(steps=12, ckpt_every=6), tmp_path / "run", progress=False)
     assert threads and all(n.startswith("dormouse-commit") for n in threads), threads  # written off the loop
-    ck, tables, path = find_latest(RunPaths(tmp_path / "run").ckpt_dir, log=print)
+    ck, tables, path, *_ = find_latest(RunPaths(tmp_path / "run").ckpt_dir, log=print)
     assert (ck.step, path.name, tables.table_step) == (12, "step_000012.dmck", 12)
     assert not [p for p in RunPaths(tmp_path / "run").ckpt_dir.iterdir() if ".tmp." in p.name]
 

@@ -285,7 +285,7 @@ def pair_dir(tmp_path, step=100, keep=3):
 
 def test_sidecar_damage_and_mismatch(tmp_path):
     s, tables = pair_dir(tmp_path)
-    ck, t = load_run_ckpt(tmp_path / "step_000100.dmck")
+    ck, t, *_ = load_run_ckpt(tmp_path / "step_000100.dmck")
     assert torch.equal(t.weight, tables.weight) and ck.table_step == t.table_step == 100
     sp = tmp_path / "step_000100.ngram"
     good = sp.read_bytes()
@@ -330,7 +330,7 @@ def test_find_latest_skips_torn_and_refuses_when_nothing_loads(tmp_path):
     blob = (tmp_path / "step_000200.dmck").read_bytes()
     (tmp_path / "step_000200.dmck").write_bytes(blob[:-3])
     log = []
-    ck, tables, p = find_latest(tmp_path, log=log.append)
+    ck, tables, p, *_ = find_latest(tmp_path, log=log.append)
     assert ck.step == 100 and p.name == "step_000100.dmck" and "skipping step_000200.dmck" in log[0]
     (tmp_path / "step_000100.dmck").write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="none loadable"):
@@ -355,7 +355,7 @@ def test_rotation_keeps_the_checkpoint_just_written_past_a_junk_name(tmp_path):
     assert (tmp_path / "step_000010.dmck").exists() and (tmp_path / "step_000010.ngram").exists()
     assert (tmp_path / "step_000999.dmck").read_bytes() == b"junk, not a container"  # left alone ...
     assert len(warned) == 1 and "step_000999.dmck" in warned[0]  # ... and named
-    ck, tables, p = find_latest(tmp_path, log=lambda m: None)
+    ck, tables, p, *_ = find_latest(tmp_path, log=lambda m: None)
     assert (ck.step, p.name, tables.table_step) == (10, "step_000010.dmck", 10)
 
 
@@ -443,7 +443,7 @@ def test_kill_during_saves_never_leaves_a_torn_file(tmp_path):
             if f.suffix == ".dmck":
                 assert load_ckpt(f).step > 0
             strays += f.name.endswith(".tmp." + str(proc.pid))
-        ck, tables, p = find_latest(ckpt, log=lambda m: None)
+        ck, tables, p, *_ = find_latest(ckpt, log=lambda m: None)
         assert ck.step >= 1 and tables is None
         last = ck.step
     assert last >= 1 and strays >= 1, "no kill landed inside a save: the test did not test anything"

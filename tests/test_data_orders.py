@@ -79,7 +79,7 @@ def test_ranks_slice_one_global_batch(order):
 
 
 def test_data_order_is_a_strict_validated_key():
-    with pytest.raises(ConfigError, match="data_order='random': use one of shuffled, stream"):
+    with pytest.raises(ConfigError, match='data_order = "random": use one of shuffled, stream'):
         validate(tiny_cfg(data_order="random"))
     assert tiny_cfg().data_order == "shuffled"
 

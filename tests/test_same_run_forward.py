@@ -44,7 +44,7 @@ def test_a_load_into_fresh_parts_runs_the_forward_the_run_ran():
         train_step(p, corpus, cfg, s, 2, "cpu")
     with tempfile.TemporaryDirectory() as t:
         save_run_ckpt(t, to_run_state(p, {"threads": 1}), p.tables, keep=1)
-        ck, tables, path = find_latest(t, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum)
+        ck, tables, path, *_ = find_latest(t, cfg)
         q = build_parts(cfg)
         assert forward_formats(q.model)["quant"] == "int8"  # fresh parts follow the plan
         restore(q, ck, tables, cfg, path=path)

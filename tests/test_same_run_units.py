@@ -40,7 +40,7 @@ def test_restore_leaves_the_teacher_frozen_and_in_eval_mode():
     p = _trained(cfg)
     with tempfile.TemporaryDirectory() as t:
         save_run_ckpt(t, to_run_state(p, {"threads": 1}), p.tables, keep=1)
-        ck, tables, path = find_latest(t, lr=cfg.ngram_lr, momentum=cfg.ngram_momentum, log=lambda *a: None)
+        ck, tables, path, *_ = find_latest(t, cfg, log=lambda *a: None)
         q = build_parts(cfg)
         restore(q, ck, tables, cfg, path=path)
     assert q.teacher is not None and not q.teacher.training

@@ -63,7 +63,8 @@ CRASH = f"{RESUME}::test_a_crash_after_a_checkpoint_resumes_as_the_same_run"
 UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 DELTAS = "tests/test_table_deltas.py"
-OUTPUT = "tests/test_progress_output.py"
+RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
+OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 PANEL = "tests/test_live_panel.py"
 MUTANTS = [
     # ADR-0021's inventory
@@ -349,7 +350,7 @@ MUTANTS = [
     Mutant(
         "steps_below_reached_allowed",
         "a resume with fewer steps than reached rewrites the run's history",
-        [edit("train.py", "    if cfg.steps < ck.step:", "    if False:")],
+        [edit("train.py", "    if cfg.steps < found.ckpt.step:", "    if False:")],
         [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"],
     ),
     Mutant(
@@ -361,7 +362,7 @@ MUTANTS = [
     Mutant(
         "metrics_rows_duplicated_on_resume",
         "the curve has two rows for the steps past the resumed checkpoint",
-        [edit("train.py", 'if r["step"] < parts.step]', "]")],
+        [edit("train.py", 'if row["step"] < parts.step]', "]")],
         [CRASH],
     ),
     Mutant(
@@ -445,6 +446,43 @@ MUTANTS = [
         "rule 1: another run's checkpoint whose chain does not load is skipped, and the run resumes quietly",
         [edit("train.py", "check=pinned)", "check=None)")],
         [f"{DELTAS}::test_another_runs_delta_pair_is_refused_not_skipped"],
+    ),
+    # the input boundary (issue 23): every value checked once, every file opened safely, every parse bounded
+    Mutant(
+        "key_rules_not_applied",
+        "a value outside its key's range (lr -1, beta1 1.5, mlp_mult 0) reaches torch or trains silently wrong",
+        [edit("config.py", "    errs = rule_problems(flat)\n", "    errs = []\n")],
+        [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
+    ),
+    Mutant(
+        "momentum_may_be_one",
+        "a decay or momentum of 1 (beta2, ngram_momentum) passes: AdamW raises, the n-gram rows never forget",
+        [edit("config.py", '_DECAY = Range(0.0, 1.0, "[)")', '_DECAY = Range(0.0, 1.0, "[]")')],
+        [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
+    ),
+    Mutant(
+        "joint_rules_not_applied",
+        "min_lr above lr, heads of odd width, orders longer than a sequence pass validation",
+        [edit("config.py", "    errs += joint_problems(cfg, ", "    errs += 0 * joint_problems(cfg, ")],
+        [f"{RANGES}::test_the_rules_between_keys"],
+    ),
+    Mutant(
+        "memory_not_checked",
+        "a plan needing terabytes is allocated until the allocator fails, instead of refused with the figure",
+        [edit("config.py", "        errs = memory_problems(cfg, machine_memory())", "        errs = []")],
+        [f"{RANGES}::test_fit_refuses_before_anything_is_allocated_or_written"],
+    ),
+    Mutant(
+        "orders_past_the_header",
+        "65 n-gram orders pass validation, then every tables file they write is refused as corrupt",
+        [edit("config.py", "MAX_NGRAM_ORDERS = 64  #", "MAX_NGRAM_ORDERS = 65  #")],
+        [f"{RANGES}::test_the_orders_limit_is_the_tables_files_header_limit"],
+    ),
+    Mutant(
+        "huge_cli_integer_unchecked",
+        "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
+        [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
+        [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
     ),
     # what a person sees of a run (issue 25)
     Mutant(
