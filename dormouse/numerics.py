@@ -4,14 +4,17 @@
 
 # %% ../nbs/05_numerics.ipynb #1d5aca9d
 from __future__ import annotations
-import contextlib, functools, hashlib, os, platform
+import contextlib, ctypes, functools, hashlib, os, platform
 from pathlib import Path
 import torch
+from . import __version__
 from .config import ConfigError
 
 # %% auto #0
-__all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'RECORD_ONLY', 'FP32_PATHS', 'cpu_facts', 'numeric_env', 'env_diff',
-           'env_unrecorded', 'EnvDriftError', 'check_env', 'numeric_scope', 'run_scope']
+__all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'MKL_BRANCHES', 'MKL_STRICT', 'THREAD_INVARIANT', 'MODE_ADVICE',
+           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'CHANGED_MEANS', 'FP32_PATHS', 'cpu_facts', 'mkl_mode',
+           'thread_invariant_mode', 'env_today', 'numeric_env', 'env_diff', 'env_unrecorded', 'EnvDriftError',
+           'how_to_match', 'drift_lines', 'refuse_incomparable', 'check_env', 'numeric_scope', 'run_scope']
 
 # %% ../nbs/05_numerics.ipynb #2a51d08d
 CPU_ENV_VARS = {  # environment variables that change which CPU kernel runs, and so its rounding
@@ -64,6 +67,44 @@ def cpu_facts() -> dict:
     model, flags = _cpuinfo()
     return {"cpu_model": model, "cpu_flags": list(flags)}
 
+# %% ../nbs/05_numerics.ipynb #4fb60412
+MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX",
+                10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1"}  # MKL_CBWR_* codes
+MKL_STRICT = 0x10000  # MKL_CBWR_STRICT: the same bits at any thread count
+THREAD_INVARIANT = "AUTO,STRICT"  # the mode the kit applies where it can
+MODE_ADVICE = ("MKL fixes its mode at its first call: start Python (or Jupyter) with MKL_CBWR=AUTO,STRICT, or "
+               "train (or call numerics.thread_invariant_mode()) before any other torch work in the process "
+               "(in a notebook: restart the kernel)")
+
+@functools.lru_cache(maxsize=1)
+def _mkl_cbwr():
+    "(get, set) of MKL's reproducibility mode in the MKL torch links, or None: this torch has no MKL."
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll"):
+        try:
+            lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / name))
+            get, put = lib.mkl_serv_cbwr_get, lib.mkl_serv_cbwr_set
+        except (OSError, AttributeError):
+            continue
+        get.argtypes, put.argtypes = [ctypes.c_int], [ctypes.c_int]
+        get.restype = put.restype = ctypes.c_int
+        return get, put
+    return None
+
+def mkl_mode() -> str:
+    "The MKL mode in effect in this process: 'OFF' (MKL's default), 'AUTO,STRICT', ...; 'unavailable' without MKL."
+    api = _mkl_cbwr()
+    if api is None:
+        return "unavailable"
+    code = api[0](-1) & 0xFFFFFFFF  # MKL_CBWR_ALL (~0): the whole mode word
+    return MKL_BRANCHES.get(code & 0xFFFF, f"0x{code & 0xFFFF:x}") + (",STRICT" if code & MKL_STRICT else "")
+
+def thread_invariant_mode() -> str:
+    "Put MKL in AUTO,STRICT unless the process chose a mode or MKL has run already; returns the mode in effect."
+    api = _mkl_cbwr()
+    if api is not None and not os.environ.get("MKL_CBWR") and mkl_mode() == "OFF":
+        api[1](2 | MKL_STRICT)  # MKL_CBWR_AUTO | STRICT; once MKL has run it refuses (-8) and the mode stays
+    return mkl_mode()
+
 # %% ../nbs/05_numerics.ipynb #8d20921f
 RECORD_ONLY = ("forward", "quant", "bf16_autocast")  # recorded to say what ran, never compared (run state, not env)
 
@@ -87,6 +128,18 @@ def _precisions(*paths: str) -> dict:
             out[path] = obj
     return out
 
+# %% ../nbs/05_numerics.ipynb #c873f3b1
+CPU_FP32_KEYS = ("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision")  # recorded as they act
+
+def env_today(rec: dict | None) -> dict | None:
+    "An environment record read through today's meaning of each key (an older record's raw 'none' precisions)."
+    if rec is None:
+        return None
+    out = dict(rec)
+    raw = {k: rec[k] for k in CPU_FP32_KEYS if isinstance(rec.get(k), str)}
+    out.update(_effective(raw))
+    return out
+
 # %% ../nbs/05_numerics.ipynb #8d3a3640
 def _tf32() -> dict:
     "TF32 settings by torch's fp32_precision API where it has one: reading the legacy flags raises once both were used."
@@ -108,6 +161,13 @@ def _gpu_facts(device: str) -> dict:
             "cudnn.benchmark": torch.backends.cudnn.benchmark,
             **{k: os.environ.get(k) for k in GPU_ENV_VARS}}
 
+# %% ../nbs/05_numerics.ipynb #6cc1624d
+DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a number when its definition changes
+    "def_fingerprint": 1,  # parts.state_fingerprint: what the state fingerprint hashes, and in which order
+    "def_eval_sample": 1,  # data + step.evaluate: which held-out bytes the eval scores, and how
+    "def_data_order": 1,  # data.batch_at: which sequences make batch i, in both data orders
+}
+
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)
                 device: str = "cpu",  # "cpu" or "cuda[:i]"
@@ -116,7 +176,7 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
                 quant: str | None = None,  # factor format, if the caller records it (record only)
                 forward: dict | None = None,  # `quant.forward_formats` of the model (record only)
                ) -> dict:
-    "Every setting bit-identity depends on, by name: torch build, threads, CPU and ISA, library variables, device."
+    "Every setting bit-identity depends on, by name: torch, threads, CPU, library variables and modes, device, kit."
     env = {"torch": str(torch.__version__), "torch_git": str(torch.version.git_version),
            "torch_config": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
            "threads": int(threads), "cpu_capability": torch.backends.cpu.get_cpu_capability(), **cpu_facts(),
@@ -125,7 +185,8 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
            "float32_matmul_precision": torch.get_float32_matmul_precision(),
            "deterministic": torch.are_deterministic_algorithms_enabled(), "mkldnn": torch.backends.mkldnn.enabled,
            **_effective(_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision")),
-           **{k: os.environ.get(k) for k in CPU_ENV_VARS}}
+           **{k: os.environ.get(k) for k in CPU_ENV_VARS}, "mkl_cbwr": mkl_mode(), "dormouse": __version__,
+           **DEFINITIONS}
     if str(device).startswith("cuda"):
         env.update(_gpu_facts(device))
     said = {"bf16_autocast": bf16, "quant": quant, "forward": forward}
@@ -137,7 +198,7 @@ def env_diff(a: dict | None,  # one environment record (e.g. the checkpoint's)
              b: dict | None,  # the other (e.g. this process's)
             ) -> dict:
     "Keys both records have whose values differ: {key: (a_value, b_value)}; `RECORD_ONLY` keys are not compared."
-    a, b = a or {}, b or {}
+    a, b = env_today(a) or {}, env_today(b) or {}
     return {k: (a[k], b[k]) for k in a if k in b and k not in RECORD_ONLY and a[k] != b[k]}
 
 def env_unrecorded(saved: dict | None,  # the checkpoint's record (None: it recorded none at all)
@@ -150,8 +211,61 @@ def env_unrecorded(saved: dict | None,  # the checkpoint's record (None: it reco
 
 # %% ../nbs/05_numerics.ipynb #6fabcd7f
 class EnvDriftError(RuntimeError):
-    "A resume under a numeric environment other than the checkpoint's."
+    "A resume under a numeric environment that does not reproduce the run, or that cannot be shown to."
 
+def how_to_match(key: str,  # a key of the record
+                 value,  # the value the checkpoint recorded
+                 saved: dict,  # the checkpoint's whole record
+                ) -> str:
+    "How to run where `key` is `value` again, as a person can do it: never advice that cannot be followed."
+    if key in CPU_ENV_VARS or key in GPU_ENV_VARS:
+        return f"start the process with {key}={value}" if value is not None else f"start the process without {key}"
+    if key == "threads":
+        return f"threads = {value} (--threads {value})"
+    if key == "world_size":
+        return "one process (no torchrun)" if value == 1 else f"{value} processes (torchrun --nproc_per_node {value})"
+    if key == "mkl_cbwr":
+        return {"OFF": "MKL in its default mode (a process where torch ran a matrix product before dormouse trained)",
+                "unavailable": "a torch build without MKL"}.get(value, f"start the process with MKL_CBWR={value}")
+    if key in ("torch", "torch_git", "torch_config"):
+        return f"the torch build it recorded (torch {saved.get('torch')}, git {str(saved.get('torch_git'))[:12]})"
+    if key in ("cpu_model", "cpu_flags", "cpu_capability"):
+        return (f"a machine with its CPU ({saved.get('cpu_model')}, {saved.get('cpu_capability')}; "
+                "ATEN_CPU_CAPABILITY can lower the capability, never raise it)")
+    if key == "dormouse" or key in DEFINITIONS:
+        return f"dormouse {saved.get('dormouse', '(a version before it recorded one)')}, the kit that wrote it"
+    return f"{key} = {value!r} (a torch setting: set it so before training)"
+
+def drift_lines(drift: dict,  # {key: (recorded, now)}
+                saved: dict,  # the recorded environment
+               ) -> str:
+    "One line per differing key: the recorded value, this process's, and how to run where they match."
+    return "\n".join(f"  {k}: {a!r} -> {b!r} (to match: {how_to_match(k, a, saved)})" for k, (a, b) in drift.items())
+
+# %% ../nbs/05_numerics.ipynb #c72529b3
+CHANGED_MEANS = {  # what a changed definition means for a run continued across it
+    "def_fingerprint": "its state fingerprints hash another definition of the state: none can be compared with "
+                       "this kit's, so neither a replay nor `dormouse compare` can prove the runs equal",
+    "def_eval_sample": "its eval numbers score other held-out bytes: the eval curve after the resume is not "
+                       "comparable with the curve before it",
+    "def_data_order": "this kit trains other batches for the same plan: the resumed run would be another run",
+}
+
+def refuse_incomparable(drift: dict,  # env_diff of the checkpoint's record and this process's
+                        saved: dict,  # the checkpoint's record
+                        where,  # the checkpoint, named in the error
+                       ) -> None:
+    "`EnvDriftError` when a definition a comparison relies on changed: its evidence cannot be compared."
+    changed = [k for k in DEFINITIONS if k in drift]
+    if not changed:
+        return
+    what = "; ".join(f"{k} v{drift[k][0]} -> v{drift[k][1]}: {CHANGED_MEANS[k]}" for k in changed)
+    raise EnvDriftError(f"resume refused: {where} was written by dormouse {saved.get('dormouse')}, this is "
+                        f"dormouse {__version__}, and a definition changed ({what}). The change cannot be verified. "
+                        f"Resume with dormouse {saved.get('dormouse')}, or pass allow_env_drift=True "
+                        "(--allow-env-drift) to continue anyway, recorded in lineage.jsonl as unverified.")
+
+# %% ../nbs/05_numerics.ipynb #b7bc1282
 def check_env(saved: dict | None,  # the checkpoint's record (None: a legacy container recorded none)
               now: dict,  # this process's record
               allow: bool,  # accept a difference (it is returned, to be recorded)
@@ -160,11 +274,10 @@ def check_env(saved: dict | None,  # the checkpoint's record (None: a legacy con
     "{key: [saved, now]} of an accepted difference; `EnvDriftError` naming every key of a refused one."
     drift = env_diff(saved, now) if saved is not None else {}
     if drift and not allow:
-        lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in drift.items())
         raise EnvDriftError(f"resume refused: the numeric environment differs from the checkpoint's ({where}):\n"
-                            f"{lines}\nBit-identity holds only in the same environment: resume where these match "
-                            "(a variable: set or unset it as the checkpoint had it), or pass allow_env_drift=True "
-                            "(--allow-env-drift) to continue anyway; the override is recorded in lineage.jsonl.")
+                            f"{drift_lines(drift, saved)}\nBit-identity is proven only in the same environment: "
+                            "resume where these match, or pass allow_env_drift=True (--allow-env-drift) to continue "
+                            "anyway; the override is recorded in lineage.jsonl.")
     return {k: [a, b] for k, (a, b) in drift.items()}
 
 # %% ../nbs/05_numerics.ipynb #ed8bd1d2
@@ -223,7 +336,8 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
 def run_scope(threads: int,  # the run's `threads`
               device: str,  # "cpu" or "cuda[:i]"
              ):
-    "The numeric scope of a run on `device`: its threads, deterministic algorithms, deterministic cuBLAS."
+    "A run's numeric scope on `device`: its threads, deterministic algorithms and cuBLAS, MKL's thread-invariant mode."
+    thread_invariant_mode()  # where it still can: the one setting a process keeps (MKL allows no way back)
     if not str(device).startswith("cuda"):
         return numeric_scope(threads)
     if not torch.cuda.is_available():

@@ -63,6 +63,9 @@ CRASH = f"{RESUME}::test_a_crash_after_a_checkpoint_resumes_as_the_same_run"
 UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 DELTAS = "tests/test_table_deltas.py"
+SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
+DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample and the baselines cache
+BASELINES = "tests/test_data_baselines.py"
 RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 PANEL = "tests/test_live_panel.py"
@@ -483,6 +486,93 @@ MUTANTS = [
         "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
         [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
         [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
+    ),
+    # the compressor-like score and the baselines (issue 24; issue 23's bounded baselines)
+    Mutant(
+        "score_context_crosses_units",
+        "a held-out file's first byte is predicted from the previous file's last byte, not from no context",
+        [edit("score.py", "streams = [np.frombuffer(bytes([START_BYTE]) + bytes(b), dtype=np.uint8) for b in units]",
+              "streams = [np.frombuffer((bytes(units[u - 1][-1:]) if u else bytes([START_BYTE])) + bytes(b), "
+              "dtype=np.uint8) for u, b in enumerate(units)]")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_windows_rescore",
+        "each sliding window scores all its bytes: bytes already scored are scored again with less context",
+        [edit("score.py", "        out.append((start, done, hi))", "        out.append((start, start, hi))")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_se_without_fpc",
+        "the standard error ignores that the sample is a large share of a finite split",
+        [edit("score.py", "math.sqrt((1 - m / n_units) * s2 / m)", "math.sqrt(s2 / m)")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_leaves_eval_mode",
+        "scoring leaves the model in eval mode: the run's state changes because someone looked at it",
+        [edit("score.py", "        model.train(was)", "        model.train(False)")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "sample_not_keyed",
+        "the held-out sample is the first files in sorted order (a few neighbouring packages), not a keyed sample",
+        [
+            edit(
+                "data.py",
+                "rank = sorted(units, key=lambda u: _sha(SCORE_KEY",
+                "rank = list(units) or sorted(units, key=lambda u: (SCORE_KEY",
+            )
+        ],
+        [DATA_NB],
+    ),
+    Mutant(
+        "sample_skips_big_files",
+        "a unit that does not fit is skipped and smaller ones taken: the sample favours small files",
+        [edit("data.py", "            break  # stop at the first that does not fit", "            continue  #")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "baselines_on_the_whole_split",
+        "the compressors read the whole held-out split, not the bytes the score reads (unbounded on a big corpus)",
+        [
+            edit(
+                "data.py",
+                "held, prefix = sample.stream(corpus), ",
+                "held, prefix = bytes(corpus.data[corpus.n_train:]), ",
+            )
+        ],
+        [DATA_NB],
+    ),
+    Mutant(
+        "baselines_key_ignores_corpus",
+        "another corpus with the same sizes reads this corpus's cached baselines",
+        [edit("data.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "unwritable_cache_fails_the_run",
+        "a cache that cannot be written turns a run that trained and checkpointed into a failed one",
+        [
+            edit(
+                "data.py",
+                "    except OSError as e:\n        (log or",
+                "    except ArithmeticError as e:\n        (log or",
+            )
+        ],
+        [DATA_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
+    ),
+    Mutant(
+        "ctrl_c_in_the_baselines_interrupts_a_finished_run",
+        "Ctrl-C during the final score turns a finished, checkpointed run into 'interrupted' (exit 130)",
+        [
+            edit(
+                "cli.py",
+                "    except KeyboardInterrupt:  # the run is over",
+                "    except ZeroDivisionError:  # the run is over",
+            )
+        ],
+        [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
     ),
     # what a person sees of a run (issue 25)
     Mutant(
