@@ -17,7 +17,9 @@ Run it with MKL_CBWR=AUTO,STRICT in the environment (the thread-invariant numeri
 """
 
 import argparse, json, os, statistics, sys, time
-from dormouse.config import TrainCfg, with_key
+from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from dormouse.config import TrainCfg, cfg_from_dict, cfg_to_dict, with_key
 from dormouse.data import load_corpus, score_sample
 from dormouse.numerics import run_scope
 from dormouse.parts import build_parts
@@ -123,6 +125,10 @@ def quality(a) -> None:
         sc = score(parts.model, parts.tables, corpus, cfg.seq_len, cfg.model.depth, stride=a.stride or None,
                    sample=sample)
     t2 = time.time()
+    if a.save:  # weights and tables, to score again later (another stride, the whole split): safetensors, no pickle
+        save_file({**{f"model.{k}": v.contiguous() for k, v in parts.model.state_dict().items()},
+                   "tables.weight": parts.tables.weight.contiguous()}, a.save,
+                  metadata={"cfg": json.dumps(cfg_to_dict(cfg))})
     n_params = sum(p.numel() for p in parts.model.parameters())
     tail = losses[-100:]
     row = {"cfg": a.cand, "steps": cfg.steps, "tokens": cfg.steps * cfg.batch * cfg.seq_len, "params": n_params,
@@ -134,6 +140,28 @@ def quality(a) -> None:
     if a.out:
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def rescore(a) -> None:
+    "Score a saved candidate again: another stride, or another bound of the held-out sample."
+    with safe_open(a.path, "pt") as f:
+        cfg = cfg_from_dict(json.loads(f.metadata()["cfg"]))
+    sd = load_file(a.path)
+    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    with run_scope(a.threads, "cpu"):
+        parts = build_parts(cfg)
+        parts.model.load_state_dict({k[6:]: v for k, v in sd.items() if k.startswith("model.")})
+        parts.tables.weight.copy_(sd["tables.weight"])
+        for stride in a.strides:
+            t = time.time()
+            sc = score(parts.model, parts.tables, corpus, cfg.seq_len, cfg.model.depth, stride=stride,
+                       sample=score_sample(corpus, a.score_bytes or None))
+            row = {"path": a.path, "stride": stride, "score_bpb": round(sc.bits_per_byte, 4),
+                   "score_se": round(sc.se, 4), "score_bytes": sc.nbytes, "s": round(time.time() - t, 1)}
+            print(json.dumps(row), flush=True)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
 
 
 def main(argv=None):
@@ -153,6 +181,13 @@ def main(argv=None):
     q.add_argument("--score-bytes", type=int, default=400_000, help="the keyed held-out sample scored")
     q.add_argument("--stride", type=int, default=0, help="score stride (0: half the window)")
     q.add_argument("--out", default="")
+    q.add_argument("--save", default="", help="write the trained weights and tables here (safetensors)")
+    r = sub.add_parser("rescore")
+    r.add_argument("path")
+    r.add_argument("--strides", type=int, nargs="+", required=True)
+    r.add_argument("--score-bytes", type=int, default=0, help="the held-out sample's bound (0: the default)")
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--out", default="")
     sub.add_parser("list")
     a = ap.parse_args(argv)
     if a.cmd == "list":
@@ -162,6 +197,8 @@ def main(argv=None):
         cost(a)
     elif a.cmd == "quality":
         quality(a)
+    elif a.cmd == "rescore":
+        rescore(a)
     return 0
 
 
