@@ -15,3 +15,9 @@ from dormouse.numerics import thread_invariant_mode
 
 os.environ.setdefault("DORMOUSE_SCORE_BYTES", str(32 << 10))
 thread_invariant_mode()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "jupyterlab: drives JupyterLab in headless Chromium (run it alone: pytest -m jupyterlab tests)"
+    )

@@ -69,6 +69,8 @@ LOCK = "tests/test_lock.py"
 SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
 DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample and the baselines cache
 BASELINES = "tests/test_data_baselines.py"
+OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
+PANEL = "tests/test_live_panel.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -646,6 +648,19 @@ MUTANTS = [
             )
         ],
         [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
+    ),
+    # what a person sees of a run (issue 25)
+    Mutant(
+        "progress_redraws_into_a_log",
+        "a pipe or a log file gets the terminal's bar: a carriage-return redraw per step, not a line per log step",
+        [edit("view.py", '        return "terminal" if stream.isatty() else "lines"', '        return "terminal"')],
+        [f"{OUTPUT}::test_a_pipe_gets_one_plain_line_per_log_step"],
+    ),
+    Mutant(
+        "stop_between_refreshes_not_shown",
+        "a run stopped between two refreshes ends its output on an older step than the one its checkpoint holds",
+        [edit("view.py", "        if self.row is not None and self.shown != self.done:", "        if False:")],
+        [f"{PANEL}::test_progress_in_a_kernel_is_the_panel_and_ends_with_the_last_line"],
     ),
 ]
 
