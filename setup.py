@@ -23,13 +23,12 @@ requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 min_python = cfg['min_python']
-lic = licenses[cfg['license']]
 
 setuptools.setup(
     name = cfg['lib_name'],
     license = lic[0],
     classifiers = [
-        'Development Status :: ' + statuses[int(cfg['status'])],
+        'Development Status :: ' + statuses[int(cfg['status']) - 1],  # status = 3: '3 - Alpha'
         'Intended Audience :: ' + cfg['audience'].title(),
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]] + (['License :: ' + lic[1] ] if lic[1] else []),
@@ -47,4 +46,5 @@ setuptools.setup(
         'console_scripts': cfg.get('console_scripts','').split(),
         'nbdev': [f'{cfg.get("lib_path")}={cfg.get("lib_path")}._modidx:d']
     },
+    **setup_cfg,  # version, description, keywords, author, author_email: what `pip show dormouse` says
 )

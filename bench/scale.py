@@ -156,7 +156,7 @@ def main(argv=None):
         stalls, written, kinds, cks, digests = [], [], [], [], []
         rss0 = status_kb("VmRSS:")
         Path("/proc/self/clear_refs").write_text("5")
-        with Committer(d / "ckpt", 2, True, None, *start_tables(p.tables, tables_path(ck0, load_ckpt(ck0)))) as commits:
+        with Committer(d / "ckpt", keep=2, start=start_tables(p.tables, tables_path(ck0, load_ckpt(ck0)))) as commits:
             for k in range(FULL_EVERY):
                 table_steps(p, pool, (a.repeats + 2 + k) * a.ckpt_every, a.ckpt_every)
                 p.step = (k + 1) * a.ckpt_every

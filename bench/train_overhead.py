@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What `fit` costs over the bare arithmetic of training, and how much of the CPU that arithmetic uses.
 
-1. fit / hand-loop steps/s (target >= 0.95). Around every `train_step`, `fit` adds a metrics row, a sha256
+1. fit / hand-loop steps/s (target >= 0.99). Around every `train_step`, `fit` adds a metrics row, a sha256
    state fingerprint at log cadence, and a checkpoint (tables file + container, fsynced, rotated) every
    `ckpt_every` steps (here 50 and 10, eval off, progress off). The hand loop is the same training with none
    of that: per step the batch `corpus.batch_at(step + pre_batches)`, `tables.lookup`, `compute_losses`,
@@ -39,8 +39,9 @@
    hand loop's (low-quantile) step rate, over the best of several `torch.mm` of 1024^2 and 2048^2 fp32 at the
    same thread count. Optimiser and elementwise work is not counted: this is matmul utilisation.
 
-Prints `fit / hand-loop steps/s: 0.97x (target >= 0.95) PASS|FAIL` and
-`achieved X GFLOP/s = Y% of measured fp32 matmul peak Z GFLOP/s`. A benchmark reports; it does not gate:
+Prints `fit / hand-loop steps/s: 0.99x (target >= 0.99) PASS|FAIL` and
+`achieved X GFLOP/s = Y% of measured fp32 matmul peak Z GFLOP/s: ratio R (target >= 0.6) PASS|FAIL`.
+A benchmark reports; it does not gate:
 the exit code is 0 unless it crashes.
 Usage: .venv/bin/python bench/train_overhead.py [--mode steps|runs] [--steps 150] [--rounds 2] [--threads 2]
        [--ckpt-every 50] [--log-every 10] [--q 0.25] [--quick] [--dir D]
@@ -55,12 +56,14 @@ import dormouse.train as train_mod
 from dormouse.config import TrainCfg
 from dormouse.data import load_corpus
 from dormouse.model import compute_losses
+from dormouse.numerics import thread_invariant_mode
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.parts import build_parts
 from dormouse.train import fit
 from dormouse.step import lr_at, pre_batches
 
-TARGET = 0.95
+TARGET = 0.99  # fit / hand loop
+FLOP_TARGET = 0.6  # the default model's achieved FLOP/s / measured fp32 matmul FLOP/s, same threads
 
 
 class HandLoop:
@@ -73,7 +76,7 @@ class HandLoop:
 
     def step(self, step: int) -> None:
         cfg, model, optim, tables = self.cfg, self.parts.model, self.parts.optim, self.parts.tables
-        x, y = self.corpus.batch_at(step + self.pb, cfg.batch, cfg.seq_len)
+        x, y = self.corpus.batch_at(step + self.pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)  # fit's batches
         feats = tables.lookup(x)
         loss, _, _ = compute_losses(model, x, y, depth=cfg.model.depth, ngram=feats)
         optim.zero_grad(set_to_none=True)
@@ -244,6 +247,7 @@ def main(argv=None):
 
     cfg = TrainCfg(threads=a.threads, steps=a.steps, ckpt_every=a.ckpt_every, log_every=a.log_every, eval=False)
     assert not cfg.rand_depth and not cfg.aux, "the hand loop is written for the default (fixed depth, no aux) model"
+    mkl = thread_invariant_mode()  # before the first matmul, as fit's run_scope does: MKL's mode is per process
     torch.set_num_threads(cfg.threads)  # what fit sets (its run_scope): threads + deterministic algorithms, both sides
     torch.use_deterministic_algorithms(True)
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
@@ -253,7 +257,7 @@ def main(argv=None):
     n_win = cfg.steps - 1 - w0
     print(
         f"model: default ModelCfg d_model={m.d_model} depth={m.depth} rank={m.factor_rank} ({n_params:,} params), "
-        f"batch {cfg.batch}x{cfg.seq_len}, threads {cfg.threads}, torch {torch.__version__}, "
+        f"batch {cfg.batch}x{cfg.seq_len}, threads {cfg.threads}, MKL mode {mkl}, torch {torch.__version__}, "
         f"{os.cpu_count()} cpus, load avg {os.getloadavg()[0]:.1f}"
     )
     print(
@@ -364,7 +368,8 @@ def main(argv=None):
         )
         print(
             f"achieved {ach / 1e9:.1f} GFLOP/s = {100 * ach / peak:.1f}% of measured fp32 matmul peak "
-            f"{peak / 1e9:.1f} GFLOP/s  (hand loop, q{round(100 * a.q)} step {hand_ms:.1f} ms)"
+            f"{peak / 1e9:.1f} GFLOP/s: ratio {ach / peak:.2f} (target >= {FLOP_TARGET}) "
+            f"{'PASS' if ach / peak >= FLOP_TARGET else 'FAIL'}  (hand loop, q{round(100 * a.q)} step {hand_ms:.1f} ms)"
         )
     finally:
         if not a.dir:

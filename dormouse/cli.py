@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
                              config_error, field_types, flatten, load_cfg, read_snapshot, validate)
-from .fsio import MAX_INT_DIGITS
+from .fsio import MAX_INT_DIGITS, path_text_problem
 from .container import CheckpointError
 from .report import describe
 from .commit import CommitError
@@ -22,8 +22,9 @@ from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit
-from .view import compare_runs, plot_run, run_baselines
-from .data import COMPRESSORS
+from .view import compare_runs, plot_run
+from .data import COMPRESSORS, compressor_baselines, load_corpus, score_bytes
+from .score import score
 
 # %% auto #0
 __all__ = ['COMMANDS', 'USAGE_ERRORS', 'RUN_ERRORS', 'field_docs', 'key_docs', 'normalize_flags', 'cli_value',
@@ -81,6 +82,11 @@ def cli_value(text: str, t):
 # %% ../nbs/26_cli.ipynb #8ba126b9
 def train_cfg_from_args(args: argparse.Namespace) -> TrainCfg:
     "Base config (--config file, else the run's snapshot on --resume, else defaults) with the given flags applied."
+    for flag in ("run_dir", "config", "data", "jepa_targets"):  # paths the run writes into its records as text
+        if (v := getattr(args, flag, None)) is not None and (why := path_text_problem(v)):
+            shown = os.fsencode(v).decode("utf-8", "backslashreplace") if "\0" not in v else repr(v)
+            raise ConfigError(f"--{flag.replace('_', '-')} {shown}: the path {why}; use a UTF-8 name (rename it, or "
+                              "link it under one): the run's records carry it as text")
     snap = Path(args.run_dir) / "config.toml"
     if args.config:
         base = cfg_to_dict(load_cfg(args.config))
@@ -200,21 +206,41 @@ def check_device(name: str, where: str) -> str:
     return name
 
 # %% ../nbs/26_cli.ipynb #a3d6139c
+def _gaps(model_bpb: float, base: dict, suffix: str = "") -> str:
+    "Each compressor's bits/byte, and by how much the model beats it (or trails it)."
+    return ", ".join(f"{n} {base[n + suffix]:.3f} (model {'beats' if base[n + suffix] > model_bpb else 'trails'} it "
+                     f"by {abs(base[n + suffix] - model_bpb):.3f})" for n in COMPRESSORS)
+
 def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
-    "The model's held-out bits/byte at its training depth (else its best), beside the compressors' on the same split."
-    bpb = {k: v for k, v in evals.items() if k.startswith("eval_bpb_d")}
-    if not bpb:
-        return
-    key = f"eval_bpb_d{cfg.model.depth}" if f"eval_bpb_d{cfg.model.depth}" in bpb else min(bpb, key=bpb.get)
-    line = f"held-out {bpb[key]:.3f} bits/byte (depth {key[len('eval_bpb_d'):]})"
-    base = run_baselines(run_dir)
-    if base is not None:
-        line += "  vs " + ", ".join(f"{n} {base[n]:.3f}" for n in COMPRESSORS)
-        line += (f"; after the last {base['prefix_bytes'] / 2**20:.0f} MiB of training text: "
-                 + ", ".join(f"{n} {base[n + ' +train']:.3f}" for n in COMPRESSORS))
-        gaps = [(n, base[n] - bpb[key]) for n in COMPRESSORS]  # > 0: the model is ahead of that compressor
-        line += "\n" + "; ".join(f"{'beats' if g > 0 else 'short of'} {n} by {abs(g):.3f}" for n, g in gaps)
-    print(line)
+    "The final checkpoint's held-out bits/byte scored like a compressor, beside zlib, bz2 and xz on the same bytes."
+    cks = RunPaths(Path(run_dir)).checkpoints()
+    if not cfg.eval or not cks or int(os.environ.get("RANK", "0")) != 0:
+        return  # no eval asked for, nothing to score, or not the rank that writes
+    try:
+        if not score_bytes():
+            return  # DORMOUSE_SCORE_BYTES=0: no final score
+        im = load_model_weights(cks[-1], quant="stored", log=lambda msg: None)
+        run = im.cfg  # the plan the checkpoint pins: its corpus, split and seq_len
+        corpus = load_corpus(run.data, run.holdout_frac, run.seq_len)
+        if run.data_sha256 and corpus.sha256 != run.data_sha256:
+            print(f"no final score: {corpus.source} is not the bytes the run trained on")
+            return
+        print(f"scoring the held-out sample like a compressor ({run.seq_len}-byte context) ...", flush=True)
+        sc = score(im.model, im.tables, corpus, run.seq_len, im.depth, threads=im.threads)
+        print(f"held-out {sc}")
+        if f"eval_bpb_d{im.depth}" in evals:
+            print(f"  (the in-loop eval, {run.eval_batches * run.batch} cold {run.seq_len}-byte windows: "
+                  f"{evals[f'eval_bpb_d{im.depth}']:.3f})")
+        base = compressor_baselines(corpus)
+        print(f"  on the same bytes: {_gaps(sc.bits_per_byte, base)}")
+        prefix = f"{base['prefix_bytes'] / 2**20:.0f} MiB" if base["prefix_bytes"] >= 2**20 else \
+            f"{base['prefix_bytes']:,} bytes"
+        print(f"  given the last {prefix} of training text first: "
+              f"{_gaps(sc.bits_per_byte, base, ' +train')}")
+    except KeyboardInterrupt:  # the run is over and its checkpoint written: Ctrl-C here stops the report, not the run
+        print(f"final score interrupted; the run is complete (checkpoint {cks[-1].name})", file=sys.stderr)
+    except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score, keep its status
+        print(f"no final score: {e}", file=sys.stderr)
 
 def cmd_train(args) -> int:
     "dormouse train: check every argument, then `fit`; the exit status is fit's."

@@ -301,7 +301,7 @@ def load_cfg(path) -> TrainCfg:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a TOML config file")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"config file not found: {path}")
     d = parse_toml(_read_config(path, "a config"), f"{path} is not a TOML config")
     problems = type_problems(d)

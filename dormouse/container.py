@@ -8,15 +8,16 @@ import json, os, struct, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 import safetensors.torch
-from .fsio import atomic_write
+from .fsio import ParseError, atomic_write, json_type_problem, load_json, open_regular
+from .quant import FallbackLatch
 from .stcodec import CHUNK, Checksum, Source, optim_encode, optim_parts, optim_read, st_parts, st_read
 from .stress import StressMonitor
 from .tables_file import TablesId
 
 # %% auto #0
-__all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'WRITE_CHECKSUM', 'V3_LAYOUT',
-           'CheckpointError', 'RunState', 'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1', 'write_v2', 'legacy_note',
-           'load_ckpt', 'read_header', 'section_checks']
+__all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'WRITE_CHECKSUM', 'V3_LAYOUT', 'META_SCHEMA',
+           'MAX_META_BYTES', 'CheckpointError', 'RunState', 'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1',
+           'write_v2', 'legacy_note', 'load_ckpt', 'read_header', 'section_checks']
 
 # %% ../nbs/12_container.ipynb #a1618858
 class CheckpointError(Exception):
@@ -335,12 +336,28 @@ def _read_section(f, path, name: str, off: int, n: int, crc, parse, algo: int | 
 def _stress_parse(src: Source):
     return StressMonitor.from_bytes(src.read(src.left))
 
+_STAMP = {"path": str, "size": int, "mtime_ns": int, "sha256": str}  # `checkpoints.corpus_stamp`
+META_SCHEMA = {  # every field of the meta section and its type; a "?" field may be absent, a tuple is a choice
+    "env": (dict, None),  # the numeric environment (`numerics.numeric_env`); null: not recorded
+    "missing": [str],  # what a legacy container could not carry, one sentence each
+    "sidecar": ({"file": str, "train_step": int, "table_step": int, "id": str}, None),  # its tables file's identity
+    "pin?": {"plan": str, "plan_sha256": str, "run_id": str, "run_started": str, "corpus": (_STAMP, None)},
+    "latch?": {"tripped": bool, "reason": str},  # `FallbackLatch.to_json`
+}
+MAX_META_BYTES = 16 << 20  # the biggest meta section read (one holds the plan text and the environment: a few KB)
+
 def _meta_parse(src: Source) -> dict:
-    m = json.loads(src.read(src.left).decode())
-    if not isinstance(m, dict) or set(m) - {"pin", "latch"} != {"env", "missing", "sidecar"}:
-        raise ValueError("meta is not {env, missing, sidecar} (+ pin, latch)")
-    if m.get("pin") is not None and not isinstance(m["pin"], dict):
-        raise ValueError("meta pin is not a JSON object")
+    "The meta section, parsed within bounds and type-checked field by field against `META_SCHEMA`."
+    if src.left > MAX_META_BYTES:
+        raise ValueError(f"meta is {src.left:,} bytes, more than a meta section can be ({MAX_META_BYTES:,})")
+    try:
+        m = load_json(src.read(src.left), "meta")
+    except ParseError as e:
+        raise ValueError(f"meta is not JSON: {e.detail}") from None
+    if why := json_type_problem(m, META_SCHEMA, "meta"):
+        raise ValueError(f"field {why}")
+    if "latch" in m:
+        FallbackLatch.from_json(m["latch"])  # its own rule too: a reason only when tripped
     return m
 
 # %% ../nbs/12_container.ipynb #779c488a
@@ -348,7 +365,7 @@ def load_ckpt(path) -> Checkpoint:
     "Load a v1, v2 or v3 container; anything that is not exactly one raises `CheckpointError` naming file and section."
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open_regular(path)  # a FIFO or a device in its place is refused, never read (or waited on)
     except OSError as e:
         raise CheckpointError(path, "file", f"cannot open: {e.strerror or e}") from None
     with f:
@@ -371,7 +388,7 @@ def load_ckpt(path) -> Checkpoint:
 # %% ../nbs/12_container.ipynb #0c083313
 def _open(path):
     try:
-        return open(path, "rb")
+        return open_regular(path)
     except OSError as e:
         raise CheckpointError(path, "file", f"cannot open: {e.strerror or e}") from None
 

@@ -9,15 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 from .config import DATA_ORDERS
-from .fsio import atomic_write_bytes
+from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
-__all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'COMPRESSORS', 'BASELINE_PREFIX', 'CorpusError', 'cache_dir', 'cache_write',
-           'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus', 'min_corpus_bytes',
-           'keyed_sequences', 'FileBytes', 'Corpus', 'load_corpus', 'default_corpus_bytes', 'compressed_size',
-           'compressor_baselines']
+__all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'SCORE_BYTES', 'SCORE_PIECE', 'SCORE_KEY', 'COMPRESSORS', 'BASELINE_PREFIX',
+           'BASELINE_FORMAT', 'CorpusError', 'cache_dir', 'cache_write', 'source_files', 'file_sha256', 'stdlib_root',
+           'holdout_files', 'build_dir_corpus', 'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus',
+           'load_corpus', 'default_corpus_bytes', 'score_bytes', 'held_units', 'HeldSample', 'score_sample',
+           'compressed_size', 'compressor_baselines']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
@@ -49,9 +51,9 @@ def source_files(root: Path,  # the directory
     return sorted(out)
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    "sha256 of a file, read in chunks."
+    "sha256 of a regular file, read in chunks."
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while b := f.read(chunk):
             h.update(b)
     return h.hexdigest()
@@ -174,7 +176,7 @@ class FileBytes:
     "A corpus file read with pread: a file that shrank under the run is a `CorpusError` naming it, never a SIGBUS."
     def __init__(self, path):
         self.path = str(path)
-        self._f = open(path, "rb")
+        self._f = open_regular(path)  # never a FIFO or a device: they would block, or read as endless bytes
         self.size = os.fstat(self._f.fileno()).st_size  # the size the run was opened with
 
     def __len__(self) -> int:
@@ -270,7 +272,11 @@ def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for th
                           "or data=\"\" for the default corpus.")
     if p.is_dir():
         return _dir_corpus(p, "", holdout_frac, seq_len, str(p))
-    n, need = p.stat().st_size, min_corpus_bytes(seq_len, holdout_frac)
+    try:
+        with open_regular(p) as f:  # a FIFO or /dev/zero is refused here, not read as "empty"
+            n, need = os.fstat(f.fileno()).st_size, min_corpus_bytes(seq_len, holdout_frac)
+    except NotRegularFileError as e:
+        raise CorpusError(f"corpus {p} {e.strerror}: pass a byte file or a directory") from None
     if n < need:
         size = "is empty" if n == 0 else f"has {n} bytes"
         raise CorpusError(f"corpus {p} {size}; with seq_len={seq_len} and holdout_frac="
@@ -282,36 +288,153 @@ def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."
     return bytes(load_corpus("", holdout_frac, 1).data)
 
-# %% ../nbs/03_data.ipynb #f766b789
+# %% ../nbs/03_data.ipynb #c7bf115a
+SCORE_BYTES = 4 << 20  # most held-out bytes the final score and the compressors read (beyond: a keyed sample of units)
+SCORE_PIECE = 1 << 16  # a held-out unit longer than the bound is sampled in pieces of this many bytes
+SCORE_KEY = b"dormouse-score"  # key of the sample's order: fixed, so every run on a corpus is scored on the same bytes
+
+def score_bytes() -> int:
+    "The held-out sample's bound: $DORMOUSE_SCORE_BYTES (0: no final score), else `SCORE_BYTES`."
+    raw = os.environ.get("DORMOUSE_SCORE_BYTES", "").strip()
+    if not raw:
+        return SCORE_BYTES
+    if not raw.isdigit() or len(raw) > 18:
+        raise CorpusError(f"DORMOUSE_SCORE_BYTES={raw[:40]!r}: use a number of bytes (0: no final score)")
+    return int(raw)
+
+def held_units(corpus: Corpus,  # the run's corpus
+               max_bytes: int = SCORE_BYTES,  # a unit longer than this is cut in pieces
+              ) -> list[tuple[str, int, int]]:
+    "The held-out split as `(name, offset, bytes)` units: each held-out file (a single file's tail is one), in order."
+    files = corpus.manifest["files"] if corpus.manifest else None
+    whole = ([(f["path"], f["offset"], f["bytes"]) for f in files if f["split"] == "held"] if files is not None
+             else [("<held-out tail>", corpus.n_train, corpus.n_held)])
+    piece = max(1, min(SCORE_PIECE, max_bytes))
+    out = []
+    for name, off, n in whole:
+        if n <= max_bytes:
+            out.append((name, off, n))
+        else:
+            out += [(f"{name}@{k}", off + k, min(piece, n - k)) for k in range(0, n, piece)]
+    return out
+
+# %% ../nbs/03_data.ipynb #7ebda125
+@dataclass(frozen=True)
+class HeldSample:
+    "The held-out units the final score and the compressors read: all of the split, or a fixed keyed sample of it."
+    units: tuple  # (name, offset, bytes) of each sampled unit, in corpus order
+    n_units: int  # units in the whole held-out split: the population the sample is drawn from
+    split_bytes: int  # bytes in the whole held-out split
+    kind: str = "file"  # what a unit is: "file" (held out whole), "tail" (a single file's held-out tail), "piece"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(u[2] for u in self.units)
+
+    @property
+    def complete(self) -> bool:
+        "Every held-out unit is in the sample: the score has no sampling error."
+        return len(self.units) == self.n_units
+
+    def stream(self, corpus: Corpus) -> bytes:
+        "The sampled units' bytes, in corpus order: what each compressor is given."
+        return b"".join(bytes(corpus.data[o:o + n]) for _, o, n in self.units)
+
+    def __str__(self) -> str:
+        what = {"file": "held-out files", "tail": "held-out tail", "piece": "pieces of held-out files"}[self.kind]
+        if self.complete:
+            return f"the whole {what}, {self.nbytes:,} bytes" if self.kind == "tail" else \
+                f"all {self.n_units} {what}, {self.nbytes:,} bytes"
+        return (f"a keyed sample of {len(self.units)} of {self.n_units} {what}, "
+                f"{self.nbytes:,} of {self.split_bytes:,} bytes")
+
+def score_sample(corpus: Corpus,  # the run's corpus
+                 max_bytes: int | None = None,  # the sample's bound (default: `score_bytes()`)
+                ) -> HeldSample:
+    "Held-out units ranked by a keyed hash of their names, taken while they fit in `max_bytes`, in corpus order."
+    max_bytes = score_bytes() if max_bytes is None else max_bytes
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes={max_bytes} must be >= 1")
+    units = held_units(corpus, max_bytes)
+    kind = "piece" if any("@" in u[0] for u in units) else "file" if corpus.manifest else "tail"
+    rank = sorted(units, key=lambda u: _sha(SCORE_KEY + b"\0" + u[0].encode("utf-8", "surrogateescape")))
+    take, got = [], 0
+    for u in rank:
+        if got + u[2] > max_bytes:
+            break  # stop at the first that does not fit: skipping it would favour small files
+        take.append(u)
+        got += u[2]
+    return HeldSample(tuple(sorted(take, key=lambda u: u[1])), len(units), corpus.n_held, kind)
+
+# %% ../nbs/03_data.ipynb #0e5c60b2
 COMPRESSORS = ("zlib -9", "bz2 -9", "xz -9e")  # the baselines, in the order they are shown
 BASELINE_PREFIX = 8 << 20  # bytes of training text (the end of the split) the compressors see before the held-out bytes
+BASELINE_FORMAT = 2  # version of a cached baselines entry (2: on the held-out sample, with its sha256)
 
-def compressed_size(name: str, raw: bytes) -> int:
-    "Bytes of `raw` compressed by one of `COMPRESSORS`."
+def _compressor(name: str):
     if name == "zlib -9":
-        return len(zlib.compress(raw, 9))
+        return zlib.compressobj(9)
     if name == "bz2 -9":
-        return len(bz2.compress(raw, 9))
+        return bz2.BZ2Compressor(9)
     if name == "xz -9e":
-        return len(lzma.compress(raw, format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME))
+        return lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME)
     raise ValueError(f"unknown compressor {name!r}: use one of {COMPRESSORS}")
 
-# %% ../nbs/03_data.ipynb #6d71e3e8
+def compressed_size(name: str,  # one of `COMPRESSORS`
+                    *parts: bytes,  # compressed as one stream, in order
+                    bar=None,  # a tqdm bar to advance by the bytes read
+                    chunk: int = 1 << 20,  # bytes fed per call
+                   ) -> int:
+    "Bytes of the concatenation of `parts` compressed by `name`, fed in chunks: no joined copy, Ctrl-C between chunks."
+    c, n = _compressor(name), 0
+    for raw in parts:
+        view = memoryview(raw)
+        for i in range(0, len(view), chunk):
+            n += len(c.compress(view[i:i + chunk]))
+            if bar is not None:
+                bar.update(len(view[i:i + chunk]))
+    return n + len(c.flush())
+
+# %% ../nbs/03_data.ipynb #9174e984
+def _cached_baselines(p: Path) -> dict | None:
+    "A cache entry of the current format, or None (absent, not a regular file, damaged, older format)."
+    try:
+        if not p.is_file() or p.stat().st_size > 1 << 16:
+            return None
+        out = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(out, dict) and out.get("format") == BASELINE_FORMAT and "held_sha256" in out
+    return out if ok and all(isinstance(out.get(k), float) for k in COMPRESSORS) else None
+
 def compressor_baselines(corpus: Corpus,  # the run's corpus
                          prefix_bytes: int = BASELINE_PREFIX,  # training text given first, from the end of the split
+                         max_bytes: int | None = None,  # the held-out sample's bound (default: `score_bytes()`)
+                         progress: bool | None = None,  # a progress bar on stderr; None: when stderr is a terminal
+                         log=None,  # where a cache write failure is said (default: stderr)
                         ) -> dict:
-    "Bits/byte of each compressor on the held-out split, alone (`name`) and after the training prefix (`name +train`)."
-    held = bytes(corpus.data[corpus.n_train:])
-    prefix = bytes(corpus.data[max(0, corpus.n_train - prefix_bytes):corpus.n_train])
-    p = cache_dir() / f"baselines-{corpus.sha256[:32]}-{corpus.n_train}-{len(prefix)}.json"
-    if p.exists():
-        try:
-            return json.loads(p.read_text())
-        except json.JSONDecodeError:
-            pass  # a damaged cache entry is recomputed
-    out = {"held_bytes": len(held), "prefix_bytes": len(prefix)}
-    for name in COMPRESSORS:
-        out[name] = 8 * compressed_size(name, held) / len(held)
-        out[f"{name} +train"] = 8 * (compressed_size(name, prefix + held) - compressed_size(name, prefix)) / len(held)
-    cache_write(p, json.dumps(out).encode())
+    "Bits/byte of each compressor on the held-out sample, alone (`name`) and after the training prefix (`name +train`)."
+    sample, lo = score_sample(corpus, max_bytes), max(0, corpus.n_train - prefix_bytes)
+    spec = [BASELINE_FORMAT, corpus.sha256, corpus.n_train, lo, [list(u) for u in sample.units]]
+    p = cache_dir() / f"baselines-{_sha(json.dumps(spec).encode())[:32]}.json"
+    hit = _cached_baselines(p)
+    if hit is not None:
+        return hit
+    held, prefix = sample.stream(corpus), bytes(corpus.data[lo:corpus.n_train])
+    out = {"format": BASELINE_FORMAT, "corpus_sha256": corpus.sha256, "held_bytes": len(held),
+           "held_sha256": _sha(held), "units": len(sample.units), "n_units": sample.n_units,
+           "split_bytes": corpus.n_held, "prefix_bytes": len(prefix)}
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    with tqdm(total=len(COMPRESSORS) * 2 * (len(held) + len(prefix)), unit="B", unit_scale=True, leave=False,
+              desc="compressor baselines", disable=not show, file=sys.stderr) as bar:
+        for name in COMPRESSORS:
+            out[name] = 8 * compressed_size(name, held, bar=bar) / len(held)
+            both, pre = compressed_size(name, prefix, held, bar=bar), compressed_size(name, prefix, bar=bar)
+            out[f"{name} +train"] = 8 * (both - pre) / len(held)
+    try:
+        cache_write(p, json.dumps(out).encode())
+    except OSError as e:
+        (log or (lambda m: print(m, file=sys.stderr)))(
+            f"dormouse: the compressor baselines were not cached ({e}); they are computed again next time. "
+            "Set DORMOUSE_CACHE to a writable directory to keep them.")
     return out

@@ -9,7 +9,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['MAX_DEPTH', 'MAX_INT_DIGITS', 'MAX_LINE_BYTES', 'fsync_dir', 'atomic_write', 'atomic_write_bytes',
-           'NotRegularFileError', 'open_regular', 'ParseError', 'read_regular', 'load_json', 'load_toml']
+           'NotRegularFileError', 'open_regular', 'path_text_problem', 'ParseError', 'read_regular', 'load_json',
+           'load_toml', 'json_type_problem']
 
 # %% ../nbs/04_fsio.ipynb #9a5aa388
 def fsync_dir(d: Path):
@@ -52,15 +53,15 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     return atomic_write(path, lambda f: f.write(data))
 
 # %% ../nbs/04_fsio.ipynb #bb559f9f
-_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 _MODES = {"rb": os.O_RDONLY, "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT}
 
 class NotRegularFileError(OSError):
     "A path the kit would read or append to that is not a regular file: a FIFO, a device, a socket, a directory."
 
 def _not_regular(path, mode: int) -> NotRegularFileError:
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
     return NotRegularFileError(errno.EINVAL, f"is {kind}, not a regular file (dormouse reads only regular files)",
                                os.fspath(path))
 
@@ -92,6 +93,21 @@ def open_regular(path,  # the file; a symlink to a regular file is followed
         os.close(fd)
         raise
 
+# %% ../nbs/04_fsio.ipynb #45627b84
+def path_text_problem(path) -> str | None:
+    "Why `path` cannot be carried as UTF-8 text (a byte that is not UTF-8, a NUL), or None when it can."
+    try:
+        b = os.fsencode(path)
+    except UnicodeEncodeError:
+        return "is not a file-system name (it holds characters no byte encodes)"
+    if (nul := b.find(b"\0")) >= 0:
+        return f"holds a NUL byte at position {nul}"
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"has byte {b[e.start]:#04x} at position {e.start}, which is not UTF-8"
+    return None
+
 # %% ../nbs/04_fsio.ipynb #8595ebb1
 MAX_DEPTH = 64  # deepest nesting of lists/objects read (the kit's own files nest a few levels)
 MAX_INT_DIGITS = 20  # longest integer read, in digits (2^64 has 20)
@@ -121,18 +137,19 @@ def _text(data: bytes, where, line: int | None) -> str:
         raise ParseError(where, line, f"byte {e.object[e.start]:#04x} at offset {e.start} is not UTF-8 text") from None
 
 # %% ../nbs/04_fsio.ipynb #139325d5
-def _unbounded(obj) -> str | None:
-    "What makes a parsed value unbounded (nesting deeper than MAX_DEPTH, a longer integer), by path; None if nothing."
-    stack = [(obj, "", 0)]
+def _unbounded(obj, ints: bool = True) -> str | None:
+    "What makes a parsed value unbounded (nesting deeper than MAX_DEPTH; with `ints`, a longer integer), by path."
+    stack, big = [(obj, "", 1)], 10 ** MAX_INT_DIGITS
     while stack:
         x, at, d = stack.pop()
-        if isinstance(x, (dict, list)):
-            if d >= MAX_DEPTH:
-                return f"nested deeper than {MAX_DEPTH} levels (at {at or 'the top'})"
-            items = x.items() if isinstance(x, dict) else enumerate(x)
-            stack.extend((v, f"{at}.{k}" if at else str(k), d + 1) for k, v in items)
-        elif isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10 ** MAX_INT_DIGITS:
-            return f"{at}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything"
+        if d > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels (at {at})"
+        for k, v in (x.items() if isinstance(x, dict) else enumerate(x)):
+            if isinstance(v, (dict, list)):
+                stack.append((v, f"{at}.{k}" if at else str(k), d + 1))
+            elif ints and isinstance(v, int) and not isinstance(v, bool) and abs(v) >= big:
+                return f"{at}.{k}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything" \
+                    if at else f"{k}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything"
     return None
 
 class _LongInt(ValueError):
@@ -158,7 +175,8 @@ def load_json(data: bytes | str,  # the JSON text (bytes must be UTF-8)
         raise ParseError(where, line, f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as e:
         raise ParseError(where, line, f"not JSON ({e})") from None
-    if text.count("[") + text.count("{") > MAX_DEPTH and (why := _unbounded(obj)):
+    deep = text.count("[") + text.count("{") > MAX_DEPTH and isinstance(obj, (dict, list))
+    if deep and (why := _unbounded(obj, False)):  # ints were bounded as they were parsed
         raise ParseError(where, line, why)
     return obj
 
@@ -181,3 +199,46 @@ def load_toml(data: bytes,  # the TOML text, UTF-8
     if why := _unbounded(d):
         raise ParseError(where, None, why)
     return d
+
+# %% ../nbs/04_fsio.ipynb #d5d00405
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "an integer",
+               float: "a number", type(None): "null"}
+
+def _words(schema) -> str:
+    "A schema as an error names it."
+    if isinstance(schema, tuple):
+        return " or ".join(_words(s) for s in schema)
+    if isinstance(schema, list):
+        return f"a list of {_words(schema[0]).split(' ', 1)[1]}s"
+    return "an object" if isinstance(schema, dict) else _JSON_KINDS[schema if schema is not None else type(None)]
+
+def _kind(v) -> str:
+    return _JSON_KINDS.get(type(v), type(v).__name__)
+
+def json_type_problem(v,  # a parsed JSON value
+                      schema,  # a type, None, a tuple of choices, [item schema], or {field: schema} ("x?": optional)
+                      at: str = "",  # the dotted name of `v` ("meta"); "" for the top
+                     ) -> str | None:
+    "What in `v` does not have its schema's type, by dotted field (\"pin.run_id: expected a string, got ...\")."
+    name = at or "the value"
+    if isinstance(schema, tuple):
+        probs = [json_type_problem(v, s, at) for s in schema]
+        if None in probs:
+            return None
+        inner = [p for s, p in zip(schema, probs) if isinstance(s, dict) and isinstance(v, dict)]
+        return inner[0] if inner else f"{name}: expected {_words(schema)}, got {_kind(v)}"
+    if isinstance(schema, dict):
+        if not isinstance(v, dict):
+            return f"{name}: expected an object, got {_kind(v)}"
+        fields = {k.rstrip("?"): s for k, s in schema.items()}
+        if lack := [k for k in schema if not k.endswith("?") and k not in v]:
+            return f"{name}: lacks {', '.join(lack)}"
+        if extra := sorted(set(v) - set(fields)):
+            return f"{name}: unknown field(s) {', '.join(extra)}"
+        return next((p for k, x in v.items() if (p := json_type_problem(x, fields[k], f"{at}.{k}" if at else k))), None)
+    if isinstance(schema, list):
+        if not isinstance(v, list):
+            return f"{name}: expected {_words(schema)}, got {_kind(v)}"
+        return next((p for i, x in enumerate(v) if (p := json_type_problem(x, schema[0], f"{at}[{i}]"))), None)
+    ok = v is None if schema is None else isinstance(v, schema) and not (schema is int and isinstance(v, bool))
+    return None if ok else f"{name}: expected {_words(schema)}, got {_kind(v)}"

@@ -279,11 +279,11 @@ def replay_start(cfg: TrainCfg, corpus: Corpus,
         raise UnverifiableError(f"the interval starts at step {ev.start}, and {path.name} is no longer in "
                                 f"{Path(ckpt_dir)} (rotation keeps the newest keep_ckpts checkpoints)")
     try:
-        ck, tables, *_ = load_run_ckpt(path, cfg, device=device, check=check)
+        found = load_run_ckpt(path, cfg, device=device, check=check)
     except CheckpointError as e:
         raise UnverifiableError(f"the interval starts at step {ev.start}, and {path.name} cannot be loaded: "
                                 f"{e}") from None
-    restore(parts, ck, tables, cfg, log=lambda m: None, path=path)
+    restore(parts, found.ckpt, found.tables, cfg, log=lambda m: None, path=path)
     return parts
 
 def replay_stop(ev: Evidence,

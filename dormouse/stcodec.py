@@ -7,10 +7,11 @@ from __future__ import annotations
 import io, json, math, mmap, queue, struct, sys, threading, zlib
 import torch
 import xxhash
+from .fsio import ParseError, load_json
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'CHUNK', 'CHECKSUMS', 'st_parts', 'st_bytes', 'Checksum', 'Source', 'st_read', 'st_load_bytes',
-           'optim_encode', 'optim_parts', 'optim_read']
+__all__ = ['ST_DTYPES', 'CHUNK', 'CHECKSUMS', 'MAX_DIMS', 'MAX_ELEMENTS', 'st_parts', 'st_bytes', 'Checksum', 'Source', 'st_read',
+           'st_load_bytes', 'optim_encode', 'optim_parts', 'optim_read']
 
 # %% ../nbs/11_stcodec.ipynb #69fd8b01
 ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -147,26 +148,34 @@ class Source:
         self.left -= len(mv)
 
 # %% ../nbs/11_stcodec.ipynb #12b056fe
+MAX_DIMS = 16  # the most dimensions a tensor read may have
+MAX_ELEMENTS = 1 << 48  # the most elements a shape may describe, zero-sized dimensions counted as 1
+
+def _entry(k: str, e) -> tuple:
+    "(start, end, name, dtype, shape) of one header entry, checked: known dtype, sane shape, offsets that fit it."
+    try:
+        dt, shape, (a, b) = _ST_DT[e["dtype"]], e["shape"], e["data_offsets"]
+        ok = isinstance(shape, list) and all(type(v) is int and v >= 0 for v in [*shape, a, b])
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok or b - a != math.prod(shape) * dt.itemsize:
+        raise ValueError(f"safetensors entry {k!r} is malformed: {str(e)[:200]}")
+    if len(shape) > MAX_DIMS or math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+        raise ValueError(f"safetensors entry {k!r} has shape {shape}: more dimensions or elements than a tensor can "
+                         f"hold (at most {MAX_DIMS} dimensions and 2^48 elements, zero-sized dimensions counted as 1)")
+    return a, b, k, dt, shape
+
 def _st_entries(head: dict, left: int) -> list:
     "[(start, end, name, dtype, shape)] of a parsed header, sorted by offset, checked to tile `left` bytes exactly."
-    ents = []
-    for k, e in head.items():
-        try:
-            dt, shape, (a, b) = _ST_DT[e["dtype"]], e["shape"], e["data_offsets"]
-            ok = all(type(v) is int and v >= 0 for v in [*shape, a, b])
-        except (KeyError, TypeError, ValueError):
-            ok = False
-        if not ok or b - a != math.prod(shape) * dt.itemsize:
-            raise ValueError(f"safetensors entry {k!r} is malformed: {e}")
-        ents.append((a, b, k, dt, shape))
+    ents = sorted(_entry(k, e) for k, e in head.items())
     pos = 0
-    for a, b, k, *_ in sorted(ents):
+    for a, b, k, *_ in ents:
         if a != pos:
             raise ValueError(f"tensor data of {k!r} starts at {a}, expected {pos} (gap or overlap)")
         pos = b
     if pos != left:
         raise ValueError(f"tensor data is {pos} bytes but {left} bytes follow the header")
-    return sorted(ents)
+    return ents
 
 # %% ../nbs/11_stcodec.ipynb #6bad8f8e
 _HUGE = 2 << 20  # tensor data of at least this many bytes is read into one huge-page-advised buffer
@@ -189,9 +198,9 @@ def _st_header(src: Source) -> tuple:
     if n > min(src.left, 100 << 20):
         raise ValueError(f"safetensors header length {n} runs past the section")
     try:
-        head = json.loads(src.read(n))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"safetensors header is not JSON: {e}") from None
+        head = load_json(src.read(n), "safetensors header")
+    except ParseError as e:
+        raise ValueError(f"safetensors header is not JSON: {e.detail}") from None
     if not isinstance(head, dict):
         raise ValueError("safetensors header is not a JSON object")
     meta = head.pop("__metadata__", None)
@@ -282,7 +291,11 @@ def optim_read(src: Source) -> dict:
     if not meta or "optim" not in meta:
         raise ValueError("no 'optim' JSON in the safetensors metadata")
     used = set()
-    sd = _dec(json.loads(meta["optim"]), tensors, used)
+    try:
+        state = load_json(meta["optim"], "optimiser metadata")
+    except ParseError as e:
+        raise ValueError(f"the optimiser JSON is not JSON: {e.detail}") from None
+    sd = _dec(state, tensors, used)
     if used != set(tensors):
         raise ValueError(f"tensors not referenced by the optimizer JSON: {sorted(set(tensors) - used)}")
     return sd

@@ -4,29 +4,37 @@
 
 # %% ../nbs/19_targets.ipynb #7a6e6e7e
 from __future__ import annotations
-import hashlib, json, sys
+import hashlib, json, os, re, stat, sys
 from pathlib import Path
 import numpy as np
 import torch
 from .config import TrainCfg
+from .fsio import NotRegularFileError, ParseError, json_type_problem, load_json, open_regular, read_regular
 from .mask import mask_stream
 from .model import depth_for_step
 from .stcodec import st_bytes, st_load_bytes
 
 # %% auto #0
-__all__ = ['FORMAT', 'VERSION', 'INDEX_NAME', 'SHARD_STEPS', 'TargetsError', 'shard_bytes', 'mask_digest', 'canonical_json',
-           'content_hash', 'TargetStore', 'open_targets']
+__all__ = ['FORMAT', 'VERSION', 'INDEX_NAME', 'SHARD_STEPS', 'MAX_INDEX_BYTES', 'INDEX_SCHEMA', 'TargetsError', 'shard_bytes',
+           'mask_digest', 'canonical_json', 'content_hash', 'TargetStore', 'open_targets']
 
 # %% ../nbs/19_targets.ipynb #4eebf475
 FORMAT = "dormouse-jepa-targets"  # index.json "format"
 VERSION = 1  # index.json "version"
 INDEX_NAME = "index.json"
 SHARD_STEPS = 64  # steps per shard by default: one shard is what a reader or writer holds in memory
+MAX_INDEX_BYTES = 1 << 30  # the biggest index.json read (a record per step: ~200 bytes each)
 if sys.byteorder != "little":
     raise ImportError("dormouse.targets writes little-endian raw tensors; big-endian hosts are not supported")
 
-_GLOBAL_KEYS = ("format", "version", "pre_batches", "batch", "seq_len", "d_model", "seed", "mask_frac", "mask_span",
-                "data_sha256", "teacher", "shard_steps", "shards", "shards_sha256", "steps")  # what every index holds
+_SHARD = {"file": str, "first_step": int, "n_steps": int, "rows": int, "bytes": int, "sha256": str}
+_STEP = {"step": int, "shard": int, "offset": int, "count": int, "batch_index": int, "depth": int, "mask_sha256": str}
+INDEX_SCHEMA = {  # every field of index.json and its type (`fsio.json_type_problem`); what each holds: the table below
+    "format": str, "version": int, "pre_batches": int, "batch": int, "seq_len": int, "d_model": int, "seed": int,
+    "mask_frac": float, "mask_span": int, "data_sha256": str,
+    "teacher": {"step": int, "weights_sha256": str, "quant": str, "bf16": bool, "ngram": bool},
+    "shard_steps": int, "shards": [_SHARD], "shards_sha256": str, "steps": [_STEP], "provenance?": dict}
+_GLOBAL_KEYS = tuple(k for k in INDEX_SCHEMA if not k.endswith("?"))  # what every index holds
 
 class TargetsError(ValueError):
     "An offline-targets file that cannot serve this run: names the file (or shard) and the first step that is wrong."
@@ -117,7 +125,8 @@ def _check_step(store: _TargetIndex, cfg: TrainCfg, pre_batches: int, steps: int
 def _read_shard(p: Path, meta: dict, batch: int, d_model: int) -> tuple[torch.Tensor, torch.Tensor]:
     "(hidden, row offsets int64 [n_steps, batch + 1]) of the shard at `p`, after checking it against `meta`."
     try:
-        data = p.read_bytes()
+        with open_regular(p) as f:  # a shard swapped for a FIFO since open_targets looked: refused, not waited on
+            data = f.read(meta["bytes"] + 1)
     except OSError as e:
         raise TargetsError(f"{p}: cannot read the shard ({e.strerror or e})") from None
     if len(data) != meta["bytes"]:
@@ -182,39 +191,53 @@ class TargetStore(_TargetIndex):
         self._cache = None
 
 # %% ../nbs/19_targets.ipynb #e99d325d
+_SHARD_NAME = re.compile(r"[^/\\\x00]+")  # a plain file name: no directory, so a shard is always inside the targets
+
 def _check_index_files(p: Path, ip: Path, index: dict) -> None:
-    "Refuse an index whose shards are missing or resized, or whose steps name unlisted shards."
+    "Refuse an index whose shards are missing, resized, not regular files or outside `p`, or whose steps name none."
     for sh in index["shards"]:
         sp = p / sh["file"]
-        if not sp.is_file():
-            raise TargetsError(f"{sp}: shard missing (listed in {INDEX_NAME})")
-        if sp.stat().st_size != sh["bytes"]:
-            raise TargetsError(f"{sp}: truncated or replaced shard: {sp.stat().st_size} bytes, "
-                               f"the index says {sh['bytes']}")
+        if not _SHARD_NAME.fullmatch(sh["file"]) or sh["file"] in (".", ".."):
+            raise TargetsError(f"{ip}: shard file {sh['file']!r} is not a plain file name in the targets directory")
+        try:
+            st = os.stat(sp)
+        except FileNotFoundError:
+            raise TargetsError(f"{sp}: shard missing (listed in {INDEX_NAME})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise TargetsError(f"{sp}: not a regular file (listed in {INDEX_NAME} as a shard)")
+        if st.st_size != sh["bytes"]:
+            raise TargetsError(f"{sp}: truncated or replaced shard: {st.st_size} bytes, the index says {sh['bytes']}")
     for r in index["steps"]:
         if not 0 <= r["shard"] < len(index["shards"]):
             raise TargetsError(f"{ip}: step {r['step']} names shard {r['shard']}, which is not listed")
 
 # %% ../nbs/19_targets.ipynb #40b43296
-def open_targets(path) -> TargetStore:
-    "Open a targets directory (or its index.json); checks the format and every shard's presence and size."
-    p = Path(path)
-    if p.is_file() and p.name == INDEX_NAME:
-        p = p.parent
-    ip = p / INDEX_NAME
-    if not ip.is_file():
-        raise TargetsError(f"offline JEPA targets not found: {p} has no {INDEX_NAME} "
-                           "(make them with precompute_jepa_targets / dormouse precompute-targets)")
+def _read_index(ip: Path) -> dict:
+    "The parsed, type-checked index.json at `ip`; a `TargetsError` naming the file and what is wrong."
     try:
-        index = json.loads(ip.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TargetsError(f"{ip}: not valid JSON ({e})") from None
+        index = load_json(read_regular(ip, MAX_INDEX_BYTES, "a targets index"), ip)
+    except NotRegularFileError as e:
+        raise TargetsError(f"{ip} {e.strerror}") from None
+    except ParseError as e:
+        raise TargetsError(str(e)) from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         fmt = index.get("format") if isinstance(index, dict) else None
         raise TargetsError(f"{ip}: not a dormouse targets index (format {fmt!r})")
     if index.get("version") != VERSION:
         raise TargetsError(f"{ip}: targets format version {index.get('version')!r}, this dormouse reads {VERSION}")
-    if missing := [k for k in _GLOBAL_KEYS if k not in index]:
-        raise TargetsError(f"{ip}: index lacks {', '.join(missing)}")
+    if why := json_type_problem(index, INDEX_SCHEMA, "index"):
+        raise TargetsError(f"{ip}: {why}")
+    return index
+
+def open_targets(path) -> TargetStore:
+    "Open a targets directory (or its index.json); checks the format, the fields, every shard's presence and size."
+    p = Path(path)
+    if p.name == INDEX_NAME and not p.is_dir():
+        p = p.parent
+    ip = p / INDEX_NAME
+    if not os.path.lexists(ip):
+        raise TargetsError(f"offline JEPA targets not found: {p} has no {INDEX_NAME} "
+                           "(make them with precompute_jepa_targets / dormouse precompute-targets)")
+    index = _read_index(ip)
     _check_index_files(p, ip, index)
     return TargetStore(p, index)

@@ -25,7 +25,7 @@ from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_la
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
-                             write_atomic, write_jsonl)
+                             refuse_fresh_over_history, write_atomic, write_jsonl)
 from .view import Progress
 
 # %% auto #0
@@ -99,7 +99,7 @@ def _newest_checkpoint(cfg: TrainCfg, paths: RunPaths, run_id: str | None, devic
     if found is None:
         raise RunDirError(f"resume refused: {paths.root} has {_history(paths)} but no checkpoint (ckpt/*.dmck) to "
                           "resume from, and starting from step 0 would replace that history. Restore its checkpoints, "
-                          "or start over in a new run_dir (or run without resume, which replaces the history).")
+                          "or start over in a new run_dir.")
     if found.checked is None:
         print(f"{found.path.name} predates plan pinning: the plan is checked against config.toml only, and the run's "
               "identity cannot be checked")
@@ -169,14 +169,13 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % dist_info.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {dist_info.world}")
+    if not resume:
+        refuse_fresh_over_history(paths)  # history is evidence: a fresh start never replaces it
     stamp = corpus_stamp(corpus.data.path)  # the file the run reads: checked before every checkpoint
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device) if resume else None
-    if not resume and paths.checkpoints():
-        raise ConfigError(f"{paths.root} already has checkpoints ({paths.checkpoints()[-1].name}); pass resume=True "
-                          "(dormouse train --resume) to continue it, or choose a new run_dir.")
     barrier(dist_info)  # every rank has decided fresh/resume before rank 0 writes anything
     if r is None:
         run_probes(parts, corpus, cfg, device=device)

@@ -4,17 +4,18 @@
 
 # %% ../nbs/21_view.ipynb #b243d616
 from __future__ import annotations
-import math, time
+import base64, html, io, math, os, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from .config import ConfigError, read_snapshot
 from .data import COMPRESSORS, CorpusError, compressor_baselines, load_corpus
 from .rundir import RunPaths, metrics_frame, read_lineage, read_metrics
 
 # %% auto #0
-__all__ = ['in_notebook', 'LivePanel', 'Progress', 'run_baselines', 'plot_run', 'Comparison', 'compare_runs']
+__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'run_baselines', 'plot_run', 'Comparison',
+           'compare_runs']
 
 # %% ../nbs/21_view.ipynb #ebadca6f
 def in_notebook() -> bool:
@@ -26,11 +27,49 @@ def in_notebook() -> bool:
     ip = get_ipython()
     return ip is not None and "IPKernelApp" in ip.config
 
+def output_kind(stream=None,  # where the bar or the lines go (None: sys.stderr)
+                kernel: bool | None = None,  # inside a Jupyter kernel (None: ask `in_notebook`)
+               ) -> str:
+    "Where progress lands: 'notebook' (a Jupyter kernel), 'terminal' (`stream` is a TTY) or 'lines' (anything else)."
+    if in_notebook() if kernel is None else kernel:
+        return "notebook"
+    stream = sys.stderr if stream is None else stream
+    try:
+        return "terminal" if stream.isatty() else "lines"
+    except (AttributeError, ValueError):  # no isatty, or a closed file: not a terminal
+        return "lines"
+
+def _columns(stream) -> int:
+    "The width of the terminal `stream` writes to; 0 when it reports none (a bare pty) or is no terminal."
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+# %% ../nbs/21_view.ipynb #2f174f02
+def progress_line(name: str,  # the run's name
+                  done: int,  # steps done
+                  steps: int,  # the run's total steps
+                  row: dict,  # the last step's metrics row
+                  tok_s: float,  # tokens per second since the previous refresh
+                  eta: float,  # seconds left to the run's last step, at this segment's pace
+                 ) -> str:
+    "One plain line of progress: the step, its loss, tokens per second, time left, and the format the forward ran."
+    return (f"train {name}: step {done}/{steps}  loss {row['loss']:.4f}  {tok_s:,.0f} tok/s  "
+            f"eta {tqdm.format_interval(eta)}  quant {row['quant']}")
+
+def _postfix(row: dict,  # the step's metrics row
+             tok_s: float,  # tokens per second since the previous refresh
+            ) -> dict:
+    "The tqdm bar's postfix: the step's loss, tokens per second, and the format the forward ran."
+    return {"loss": f"{row['loss']:.4f}", "tok_s": f"{tok_s:,.0f}", "quant": row["quant"]}
+
 # %% ../nbs/21_view.ipynb #d8fa7275
 def _panel_figure(df: pd.DataFrame):
     "The live panel's figure: loss, grad norm, and depth with the current quant format."
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 2.6))
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(12, 2.6))
+    ax = fig.subplots(1, 3)
     ax[0].plot(df.step, df.loss, lw=0.8)
     ax[0].set_title(f"loss {df.loss.iloc[-1]:.4f}")
     ax[1].plot(df.step, df.grad_norm, lw=0.8)
@@ -39,73 +78,99 @@ def _panel_figure(df: pd.DataFrame):
     ax[2].set_title(f"depth · quant {df['quant'].iloc[-1]}")
     for a in ax:
         a.set_xlabel("step")
-    plt.tight_layout()
+    fig.tight_layout()
     return fig
+
+def _png(fig, dpi: int = 80) -> bytes:
+    "A figure as PNG bytes."
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 # %% ../nbs/21_view.ipynb #321016ad
 class LivePanel:
-    "In Jupyter, an ipywidgets panel of loss, grad norm, depth and quant state, redrawn at most once a second."
-    def __init__(self):
-        import ipywidgets
+    "In Jupyter, a run's figure (redrawn at most once a second) and progress line, each one output updated in place."
+    def __init__(self, line: str,  # the first progress line
+                 done: int,  # steps done so far
+                 steps: int,  # the run's total steps
+                ):
         from IPython.display import display
-        self.out = ipywidgets.Output()
-        self.last = 0.0
-        display(self.out)
+        self.steps, self.last = steps, 0.0  # last: when the figure was drawn (time.time)
+        self.figure = display({"text/plain": "(the panel's figure is drawn at the first refresh)"}, raw=True,
+                              display_id=True)
+        self.line = display(self._line_bundle(line, done), raw=True, display_id=True)
 
-    def update(self, rows: list[dict], force: bool = False) -> None:
+    def _line_bundle(self, line: str, done: int) -> dict:
+        "The progress line as HTML (a <progress> bar and the line) with the plain line as its text fallback."
+        bar = f'<progress value="{done}" max="{self.steps}" style="width: 16em; vertical-align: middle"></progress>'
+        text = f'<div class="dormouse-progress">{bar} <code>{html.escape(line)}</code></div>'
+        return {"text/plain": line, "text/html": text}
+
+    def update(self, line: str, done: int, rows: list[dict], force: bool = False) -> None:
+        "Show `line`; redraw the figure from `rows` if a second has passed since the last drawing (or `force`)."
+        self.line.update(self._line_bundle(line, done), raw=True)
         if not rows or (not force and time.time() - self.last < 1.0):
             return
-        import matplotlib.pyplot as plt
-        from IPython.display import display
         self.last = time.time()
-        fig = _panel_figure(pd.DataFrame(rows))
-        with self.out:
-            self.out.clear_output(wait=True)
-            display(fig)
-        plt.close(fig)
-
-# %% ../nbs/21_view.ipynb #2f174f02
-def _postfix(row: dict,  # the step's metrics row
-             tokens: int,  # tokens trained since the last refresh
-             seconds: float,  # seconds since the last refresh
-            ) -> dict:
-    "The progress bar's postfix: the step's loss, tokens per second, and the format the forward ran."
-    return {"loss": f"{row['loss']:.4f}", "tok_s": f"{tokens / max(seconds, 1e-9):,.0f}", "quant": row["quant"]}
+        png = _png(_panel_figure(pd.DataFrame(rows)))
+        r = rows[-1]
+        text = f"(live panel: loss {r['loss']:.4f}, grad norm, depth {r['depth']} · quant {r['quant']} at step {done})"
+        self.figure.update({"image/png": base64.b64encode(png).decode(), "text/plain": text}, raw=True)
 
 # %% ../nbs/21_view.ipynb #3efa1455
 class Progress:
-    "The progress bar and (in Jupyter) the live panel of a training loop; silent when `show` is False."
-    def __init__(self, name: str,  # shown on the bar
+    "A loop's progress: the live panel in Jupyter, the tqdm bar in a terminal, plain lines elsewhere; or nothing."
+    def __init__(self, name: str,  # shown on the bar and the lines
                  start: int,  # first step of this segment
                  steps: int,  # the run's total steps
-                 log_every: int,  # the bar's postfix and the panel are refreshed at this cadence
+                 log_every: int,  # the bar's postfix, the lines and the panel are refreshed at this cadence
                  tokens_per_step: int,  # batch * seq_len
                  show: bool = True,  # False: no output at all
+                 stream=None,  # where the bar and the lines go (None: sys.stderr)
+                 kind: str | None = None,  # 'notebook', 'terminal' or 'lines' (None: `output_kind(stream)`)
                 ):
-        self.log_every, self.steps, self.tps = log_every, steps, tokens_per_step
-        self.bar = tqdm(total=steps, initial=start, desc=f"train {name}", unit="step",
-                        dynamic_ncols=True) if show and steps > start else None
-        self.panel = LivePanel() if show and in_notebook() else None
-        self.t_last, self.tokens = time.time(), 0
+        self.name, self.start, self.steps, self.log_every, self.tps = name, start, steps, log_every, tokens_per_step
+        self.stream = sys.stderr if stream is None else stream
+        self.kind = (kind or output_kind(self.stream)) if show and steps > start else None
+        wide = _columns(self.stream) > 0  # tqdm draws nothing in a terminal of no width: give it 100 columns
+        self.bar = tqdm(total=steps, initial=start, desc=f"train {name}", unit="step", dynamic_ncols=wide,
+                        ncols=None if wide else 100, file=self.stream) if self.kind == "terminal" else None
+        first = f"train {name}: step {start}/{steps}"
+        self.panel = LivePanel(first, start, steps) if self.kind == "notebook" else None
+        self.t0 = self.t_last = time.time()
+        self.tokens, self.done, self.shown, self.row, self.line = 0, start, start, None, first
 
     def update(self, row: dict, rows: list[dict]) -> None:
-        "One more step done."
-        done = row["step"] + 1
+        "One more step done; `rows` are the whole run's metrics rows so far."
+        self.done, self.row = row["step"] + 1, row
         self.tokens += self.tps
         if self.bar is not None:
             self.bar.update(1)
-            if done % self.log_every == 0 or done == self.steps:
-                now = time.time()
-                self.bar.set_postfix(**_postfix(row, self.tokens, now - self.t_last))
-                self.t_last, self.tokens = now, 0
-        if self.panel is not None and done % self.log_every == 0:
-            self.panel.update(rows)
+        if self.done % self.log_every == 0 or self.done == self.steps:
+            self._refresh(rows)
+
+    def _refresh(self, rows: list[dict], force: bool = False) -> None:
+        "The bar's postfix, one plain line, or the panel, for the step just done."
+        now = time.time()
+        tok_s = self.tokens / max(now - self.t_last, 1e-9)
+        eta = (now - self.t0) / (self.done - self.start) * (self.steps - self.done)
+        self.t_last, self.tokens, self.shown = now, 0, self.done
+        self.line = progress_line(self.name, self.done, self.steps, self.row, tok_s, eta)
+        if self.bar is not None:
+            self.bar.set_postfix(**_postfix(self.row, tok_s))
+        if self.kind == "lines":
+            print(self.line, file=self.stream, flush=True)
+        if self.panel is not None:
+            self.panel.update(self.line, self.done, rows, force)
 
     def close(self, rows: list[dict]) -> None:
+        "The segment's last step shown (also when a stop came between refreshes), the figure drawn, the bar closed."
+        if self.row is not None and self.shown != self.done:
+            self._refresh(rows, force=True)
+        elif self.panel is not None:
+            self.panel.update(self.line, self.done, rows, force=True)
         if self.bar is not None:
             self.bar.close()
-        if self.panel is not None:
-            self.panel.update(rows, force=True)
 
 # %% ../nbs/21_view.ipynb #e21578c1
 def run_baselines(run_dir) -> dict | None:

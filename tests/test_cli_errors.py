@@ -253,6 +253,20 @@ CASES = [
         ["no-such-host.invalid' does not resolve"],
     ),
     case("inspect a directory", lambda runs, tmp: (["inspect", tmp], None, {}), 1, ["cannot open"]),
+    case(
+        "--run-dir not UTF-8",
+        lambda runs, tmp: (["train", "--config", runs / "tiny.toml", "--run-dir", os.fsdecode(bytes(tmp) + b"/caf\xe9"),
+                            "--quiet"], tmp, {}),
+        2,
+        ["--run-dir ", "caf\\xe9: the path has byte 0xe9 at position", "which is not UTF-8"],
+    ),
+    case(
+        "--data not UTF-8",
+        lambda runs, tmp: (["train", "--config", runs / "tiny.toml", "--run-dir", tmp / "new", "--data",
+                            os.fsdecode(b"corpus-\xff.bin"), "--quiet"], tmp, {}),
+        2,
+        ["--data corpus-\\xff.bin: the path has byte 0xff at position 7"],
+    ),
     case("non-finite loss", non_finite_loss, 1, ["non-finite loss"]),
 ]
 for cmd in ["train", "compare", "plot"]:
@@ -261,7 +275,7 @@ for cmd in ["train", "compare", "plot"]:
             f"metrics non-UTF-8, {cmd}",
             history("metrics.jsonl", b"\xff\xfe\x00 not text", cmd),
             2,
-            ["utf-8", "metrics.jsonl line"],
+            ["not UTF-8", "metrics.jsonl line"],
         )
     )
     for row in [b"[1,2,3]", b'{"x":1}']:
@@ -279,7 +293,7 @@ for cmd in ["train", "plot"]:
             f"lineage non-UTF-8, {cmd}",
             history("lineage.jsonl", b"\xff\xfe\x00 not text", cmd),
             2,
-            ["utf-8", "lineage.jsonl line"],
+            ["not UTF-8", "lineage.jsonl line"],
         )
     )
     CASES.append(
@@ -460,3 +474,12 @@ def test_an_immutable_run_dir_is_one_line_and_nothing_changes(runs, tmp_path, ca
     assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "Operation not permitted" in err or "ermission" in err, err
     assert listing(run) == before
+
+
+def test_a_run_dir_name_that_is_not_utf8_is_refused_by_fit_and_nothing_is_created(tmp_path):
+    from dormouse.rundir import RunDirError
+
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    with pytest.raises(RunDirError, match="its name has byte 0xe9 at position"):
+        fit(tiny_cfg(**TINY), bad, progress=False)
+    assert list(tmp_path.iterdir()) == []

@@ -65,7 +65,7 @@ FLAG_CASES = [
     (["--seed", "9" * 25], "--seed 999999999999...", "an integer of 25 digits"),
     (["--steps", "9" * 20], "steps = 99999999999999999999", "must be in [0, 2^63 - 1]"),
     (["--model.ngram-orders", "2," + "3" * 4400], "--model.ngram-orders 2,3333333333...", "an integer of 4400 digits"),
-    (["--data", "corpus-\udcff.txt"], "data = 'corpus-\\udcff.txt'", "a path of UTF-8 text"),
+    (["--data", "corpus-\udcff.txt"], "--data corpus-\\xff.txt", "the path has byte 0xff at position 7"),
     (["--model.ngram-slots", "3000000000"], "the plan needs at least ~", "n-gram tables (weight, momentum, row"),
     (["--model.d-model", str(1 << 20), "--model.n-heads", "2"], "the plan needs at least ~", "weights formed by one"),
 ]
@@ -180,3 +180,10 @@ def test_a_huge_integer_flag_is_one_problem_naming_the_flag():
     assert "2 problem(s)" in msg and "Exceeds" not in msg, msg
     assert "--steps 777777777777...: an integer of 5000 digits, too large to mean anything" in msg, msg
     assert "--seed 888888888888...: an integer of 30 digits" in msg, msg
+
+
+def test_a_non_utf8_path_in_a_plan_built_in_python_is_refused_by_validate():
+    with pytest.raises(ConfigError, match=r"data = 'corpus-\\udcff.txt': must be a path of UTF-8 text"):
+        validate(TrainCfg(data="corpus-\udcff.txt"))
+    with pytest.raises(ConfigError, match=r'jepa_targets = "a\\u0000b": must be a path'):
+        validate(TrainCfg(jepa_targets="a\0b"))

@@ -1,12 +1,19 @@
-"""Compressor baselines where a user reads them: `dormouse train`'s final line and `plot_run`'s reference lines."""
+"""The final score and the compressor baselines where a user reads them: `dormouse train`'s last lines and `plot_run`.
 
-import math, re
+The score is the compressor-like one (`dormouse.score`), on exactly the bytes the compressors get; the baselines are
+cached per corpus, and neither an unwritable cache nor Ctrl-C during them turns a finished run into a failed one.
+"""
+
+import re
 
 import pytest
 
+import dormouse.data as data_mod
 from dormouse.cli import main
 from dormouse.data import COMPRESSORS, compressor_baselines, load_corpus
+from dormouse.infer import load_model_weights
 from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.score import score
 from dormouse.view import plot_run, run_baselines
 
 CONFIG = """
@@ -42,18 +49,49 @@ def run(tmp_path_factory):
     mp.undo()
 
 
-def test_train_prints_bits_per_byte_beside_the_compressors(run, capsys):
+def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, capsys):
     root, cfg, text = run
     assert main(["train", "--config", str(cfg), "--run-dir", str(root / "r"), "--quiet"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("held-out "))
-    base = compressor_baselines(load_corpus(text, 0.05, 32))
-    model = re.match(r"held-out (\d+\.\d+) bits/byte \(depth 2\)", line).group(1)
-    last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_bpb_d2" in r][-1]
-    assert model == f"{last['eval_bpb_d2']:.3f}" and last["eval_bpb_d2"] == last["eval_d2"] / math.log(2)
+    printed = re.match(r"held-out (\d+\.\d+) bits/byte scored like a compressor \(", line).group(1)
+    corpus = load_corpus(text, 0.05, 32)
+    im = load_model_weights(RunPaths(root / "r").checkpoints()[-1], quant="stored")
+    sc = score(im.model, im.tables, corpus, 32, 2)
+    assert printed == f"{sc.bits_per_byte:.3f}" and "no sampling error" in line and f"{sc.nbytes:,} bytes" in line
+    base = compressor_baselines(corpus)
+    assert (base["held_sha256"], base["held_bytes"]) == (sc.sha256, sc.nbytes)  # exactly the scored bytes
+    same = next(ln for ln in out.splitlines() if ln.startswith("  on the same bytes: "))
+    prior = next(ln for ln in out.splitlines() if ln.startswith("  given the last "))
     for name in COMPRESSORS:
-        assert f"{name} {base[name]:.3f}" in line and f"{name} {base[name + ' +train']:.3f}" in line
+        assert f"{name} {base[name]:.3f}" in same and f"{name} {base[name + ' +train']:.3f}" in prior
+    last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_bpb_d2" in r][-1]
+    assert f"cold 32-byte windows: {last['eval_bpb_d2']:.3f})" in out  # the in-loop eval, beside it
     assert run_baselines(root / "r") == base
+
+
+def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatch, tmp_path):
+    _, cfg, _ = run
+    monkeypatch.setenv("DORMOUSE_CACHE", "/dev/null/x")  # cannot be a directory; a single-file corpus needs no build
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "the compressor baselines were not cached" in cap.err and "DORMOUSE_CACHE" in cap.err
+    assert "  on the same bytes: " in cap.out and RunPaths(tmp_path / "r").checkpoints()
+
+
+def test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished(run, capsys, monkeypatch, tmp_path):
+    _, cfg, _ = run
+    monkeypatch.setenv("DORMOUSE_CACHE", str(tmp_path / "cache"))  # a miss: the compressors run
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt  # what Ctrl-C raises between two chunks fed to a compressor
+
+    monkeypatch.setattr(data_mod, "compressed_size", interrupted)
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "final score interrupted; the run is complete (checkpoint step_000006.dmck)" in cap.err
+    assert "interrupted:" not in cap.out and "dormouse: interrupted" not in cap.err
+    assert [p.name for p in RunPaths(tmp_path / "r").checkpoints()][-1] == "step_000006.dmck"
 
 
 def test_plot_run_draws_the_baselines(run):
@@ -62,7 +100,7 @@ def test_plot_run_draws_the_baselines(run):
     matplotlib.use("Agg")
     root, _, text = run
     if not (root / "r").exists():
-        pytest.skip("needs the run of the test above")
+        pytest.skip("needs the run of the first test")
     fig = plot_run(root / "r")
     labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
     base = run_baselines(root / "r")

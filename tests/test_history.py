@@ -6,7 +6,7 @@ import dataclasses, os, shutil
 import pytest
 
 from dormouse.config import ConfigError
-from dormouse.rundir import RunDirError, RunPaths, write_atomic, write_jsonl
+from dormouse.rundir import RunDirError, RunPaths, refuse_fresh_over_history, write_atomic, write_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
 
@@ -138,3 +138,55 @@ def test_writes_a_resume_reads_are_fsynced_with_their_directory(tmp_path, monkey
     assert any(p.startswith(run + "/.lineage.jsonl.tmp") for p in synced), synced
     assert synced.count(run) >= 3, synced  # the run directory after config.toml, metrics.jsonl, lineage.jsonl
     assert (tmp_path / "run" / "config.toml").read_text().startswith("# dormouse config snapshot")
+
+
+HISTORY = {  # what a run that died before its first checkpoint (or a part of it) leaves, and how the refusal names it
+    "the whole of it": (("config.toml", "metrics.jsonl", "lineage.jsonl"), "metrics.jsonl (20 rows)"),
+    "config.toml": (("config.toml",), "config.toml (the plan)"),
+    "metrics.jsonl": (("metrics.jsonl",), "metrics.jsonl (20 rows)"),
+    "lineage.jsonl": (("lineage.jsonl",), "lineage.jsonl (1 segment(s))"),
+    "tables files only": (("ckpt",), "ckpt/ ("),
+}
+
+
+@pytest.mark.parametrize("what", list(HISTORY))
+def test_a_fresh_start_over_history_is_refused_naming_it_and_the_two_ways_on(base, tmp_path, what):
+    cfg, root = base
+    keep, words = HISTORY[what]
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in keep:
+        src = root / "ref" / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, run / name)
+    for p in (run / "ckpt").glob("*.dmck"):  # no container: the refusal must not depend on checkpoints
+        p.unlink()
+    before = files(run)
+    with pytest.raises(RunDirError) as e:
+        refuse_fresh_over_history(RunPaths(run))
+    msg = str(e.value)
+    assert words in msg and "a fresh run would replace it" in msg, msg
+    assert "Resume that run" in msg and "new run directory" in msg and "\n" not in msg, msg
+    assert files(run) == before
+
+
+def test_no_history_is_no_refusal(tmp_path):
+    refuse_fresh_over_history(RunPaths(tmp_path / "missing"))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "run.lock").write_text("pid 1: x\n")  # a lock note and an empty ckpt/ are not a run's history
+    refuse_fresh_over_history(RunPaths(tmp_path))
+    assert RunPaths(tmp_path).history() == []
+
+
+@pytest.mark.parametrize("checkpoints", ["kept", "gone"])
+def test_a_second_fresh_fit_in_one_directory_is_refused_and_every_row_is_still_there(base, tmp_path, checkpoints):
+    "A run that died before its first checkpoint (its ckpt/ gone), or one that has them: `fit` again without resume."
+    cfg, root = base
+    run = copy(root / "ref", tmp_path / "run")
+    if checkpoints == "gone":
+        shutil.rmtree(run / "ckpt")
+    before = files(run)
+    with pytest.raises(RunDirError) as e:
+        fit(dataclasses.replace(cfg, seed=7), run, progress=False)
+    msg = str(e.value)
+    assert "metrics.jsonl (20 rows)" in msg and "config.toml (the plan)" in msg and "Resume that run" in msg, msg
+    assert files(run) == before  # all 20 rows, the lineage and the old plan

@@ -43,7 +43,7 @@ def test_fit_leaves_the_caller_as_found_on_return_and_on_exception(tmp_path):
 LONG = "tiny_cfg(steps=400, ckpt_every=1000, eval=False)"
 CELLS = [
     "import torch\nfrom dormouse.train import fit\nfrom dormouse.testing import tiny_cfg\ntorch.set_num_threads(2)",
-    # the default progress: a bar and the live panel
+    # the default progress: the live panel
     "df = fit(tiny_cfg(steps=12, log_every=2), RUN + '/panel')\n"
     "print('after fit:', torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), len(df))",
     "try:\n    fit(tiny_cfg(steps=12, seed=2), RUN + '/panel', resume=True)\nexcept Exception as e:\n"
@@ -96,18 +96,10 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     out = [text(c) for c in nb.cells]
     assert "after fit: 2 False 12" in out[1], out[1]
     assert "refused: DriftError" in out[2] and "after refusal: 2 False" in out[2], out[2]
-    # the live panel: an ipywidgets Output displayed by the cell, into which a figure was drawn
-    views = [o for o in nb.cells[1].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert views, nb.cells[1].outputs
-    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    drawn = [
-        o
-        for m in state.values()
-        if m["model_name"] == "OutputModel"
-        for o in m["state"].get("outputs", [])
-        if "image/png" in o.get("data", {})
-    ]
-    assert drawn, "the live panel drew no figure"
+    # the live panel: the figure and the progress line, each one output updated in place (no widget)
+    shown = [o.data for o in nb.cells[1].outputs if o.output_type == "display_data"]
+    assert ["image/png" in d for d in shown] == [True, False], shown
+    assert shown[1]["text/plain"].startswith("train panel: step 12/12"), shown[1]
     # the interrupt: a clean stop at a step boundary with a checkpoint, then the next cell resumes it
     assert interrupted, "the interrupt was never sent"
     assert "'interrupted': True, 'signal': 'SIGINT'" in out[3] and "Traceback" not in out[3], out[3]

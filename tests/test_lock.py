@@ -1,14 +1,15 @@
 """One writer per run directory: a second `dormouse train` into a directory another process is writing — fresh or
-resumed — is refused with one line naming the holder's pid and command and writes nothing; a killed holder never
-blocks the next resume (the kernel drops its flock)."""
+resumed — is refused with one line naming the holder's pid and command and writes nothing, even after its note
+`run.lock` was deleted (the lock is on the directory); a killed holder never blocks the next resume (the kernel drops
+its flock); a reader (a verifier) holds the run shared and writes nothing."""
 
-import dataclasses, subprocess, time
+import dataclasses, os, subprocess, time
 
 import pytest
 
 from dormouse.config import load_cfg
-from dormouse.testing import train_cmd
-from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import tiny_cfg, train_cmd
+from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.train import fit
 
 CONFIG = """
@@ -112,7 +113,6 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
 
 def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
     from dormouse.data import CorpusError
-    from dormouse.testing import tiny_cfg
 
     bad = tiny_cfg(data=str(tmp_path / "no-such-corpus"))
     with pytest.raises(CorpusError):
@@ -122,3 +122,50 @@ def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
     with pytest.raises(CorpusError):
         fit(bad, tmp_path / "empty", progress=False)
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_deleting_the_lock_note_does_not_let_a_second_writer_in(tmp_path):
+    "The lock is on the directory: `rm run.lock` while A writes, and B (fresh or resumed) is still refused, naming A."
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    run = tmp_path / "run"
+    a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a, "a checkpoint")
+        RunPaths(run).lock.unlink()
+        for extra in (["--resume"], ["--seed", 2]):
+            b = subprocess.run(train_cmd(cfg, run, *extra), capture_output=True, text=True, timeout=300)
+            assert_refused(b, a.pid)
+            assert not RunPaths(run).lock.exists(), "the refused writer wrote a note"
+        assert a.poll() is None, "the holder stopped"
+    finally:
+        a.kill()
+        a.communicate()
+
+
+def test_the_lock_survives_its_note_being_deleted_or_replaced(tmp_path):
+    note = tmp_path / "run.lock"
+    with RunLock(note):
+        note.unlink()
+        with pytest.raises(RunDirError, match=rf"being written by another process \(pid {os.getpid()}: "):
+            RunLock(note).__enter__()
+        note.write_text("pid 1: someone else\n")  # a forged note does not name the holder either
+        with pytest.raises(RunDirError, match=rf"\(pid {os.getpid()}: "):
+            RunLock(note).__enter__()
+    with RunLock(note):  # released: the next writer gets it and writes its own note
+        assert note.read_text().startswith(f"pid {os.getpid()}: ")
+
+
+def test_readers_share_the_lock_write_nothing_and_keep_writers_out(tmp_path):
+    "A verifier holds the run shared: readers together, never beside a writer; a reader writes no note."
+    run = tmp_path / "run"
+    run.mkdir()
+    note = RunPaths(run).lock
+    with RunLock(note, shared=True), RunLock(note, shared=True):
+        assert not note.exists()
+        with pytest.raises(RunDirError, match="is being read by another process"):
+            fit(tiny_cfg(steps=2), run, progress=False)
+    assert [p.name for p in run.iterdir()] == [], "a refused writer or a reader left a file"
+    with RunLock(note):
+        with pytest.raises(RunDirError, match=rf"being written by another process \(pid {os.getpid()}: "):
+            RunLock(note, shared=True).__enter__()

@@ -64,6 +64,13 @@ UNITS = "tests/test_same_run_units.py"  # fast unit checks of each piece
 FUZZ = "tests/test_container_fuzz.py"
 DELTAS = "tests/test_table_deltas.py"
 RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
+FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
+LOCK = "tests/test_lock.py"
+SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
+DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample and the baselines cache
+BASELINES = "tests/test_data_baselines.py"
+OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
+PANEL = "tests/test_live_panel.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -366,7 +373,7 @@ MUTANTS = [
     Mutant(
         "history_truncated_silently",
         "a bad line in the middle of metrics.jsonl silently drops the rows after it",
-        [edit("rundir.py", "if torn_tail and n == len(lines):", "if torn_tail:")],
+        [edit("rundir.py", "if torn_tail and nxt is _EOF:", "if torn_tail:")],
         [f"{UNITS}::test_a_bad_line_in_the_middle_of_the_history_is_an_error_not_a_truncation"],
     ),
     Mutant(
@@ -481,6 +488,179 @@ MUTANTS = [
         "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
         [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
         [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
+    ),
+    Mutant(
+        "any_file_opened",
+        "a FIFO or a device in place of a file the kit reads is opened: /dev/zero is an 'empty' corpus, a FIFO blocks",
+        [
+            edit("fsio.py", "            raise _not_regular(path, st.st_mode)  # before opening it",
+                 "            pass  # before opening it"),
+            edit("fsio.py", "        if not stat.S_ISREG(st.st_mode):  # swapped in",
+                 "        if False:  # swapped in"),
+        ],
+        [f"{FILES}::test_dev_zero_as_the_corpus_is_not_an_empty_file"],
+    ),
+    Mutant(
+        "fifo_swapped_after_the_check",
+        "a FIFO swapped in between the path's check and the open is read (the descriptor is not checked)",
+        [edit("fsio.py", "        if not stat.S_ISREG(st.st_mode):  # swapped in", "        if False:  # swapped in")],
+        ["nbs/04_fsio.ipynb"],
+    ),
+    Mutant(
+        "json_depth_unbounded",
+        "a row nested 100 deep (short of Python's recursion limit) is read as history",
+        [edit("fsio.py", "    if deep and (why := _unbounded(obj, False)):", "    if False:")],
+        [f"{FILES}::test_unbounded_history_rows_are_damage_named_by_line"],
+    ),
+    Mutant(
+        "json_integers_unbounded",
+        "a 5,000-digit step reaches int(): Python's 'Exceeds the limit' instead of damage named by its line",
+        [edit("fsio.py", '    if len(s.lstrip("-")) > MAX_INT_DIGITS:', "    if False:")],
+        [f"{FILES}::test_unbounded_history_rows_are_damage_named_by_line"],
+    ),
+    Mutant(
+        "meta_types_unchecked",
+        "a checksum-valid container with env: \"threads\" loads, and the environment check iterates over characters",
+        [edit("container.py", '    if why := json_type_problem(m, META_SCHEMA, "meta"):', "    if why := None:")],
+        [f"{FILES}::test_a_crafted_checksum_valid_meta_is_refused_naming_the_field_by_inspect_and_resume"],
+    ),
+    Mutant(
+        "tensor_shape_unbounded",
+        "a [2^62, 0] tensor loads ('verdict: loads') and resume fails deep inside torch",
+        [edit("stcodec.py", "    if len(shape) > MAX_DIMS or math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:",
+              "    if False:")],
+        [f"{FILES}::test_an_impossible_tensor_shape_is_refused_by_inspect_and_resume"],
+    ),
+    Mutant(
+        "lock_on_the_note_file",
+        "one writer: the lock is on run.lock, so deleting (or replacing) the note lets a second writer in",
+        [edit("rundir.py", "        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)",
+              "        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)")],
+        [f"{LOCK}::test_the_lock_survives_its_note_being_deleted_or_replaced"],
+    ),
+    Mutant(
+        "readers_take_the_lock_exclusive",
+        "two verifiers of one run refuse each other",
+        [edit("rundir.py", "(fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)", "fcntl.LOCK_EX")],
+        [f"{LOCK}::test_readers_share_the_lock_write_nothing_and_keep_writers_out"],
+    ),
+    Mutant(
+        "fresh_over_history_allowed",
+        "history is evidence: a fresh start over metrics, lineage and config.toml without checkpoints replaces them",
+        [edit("rundir.py", "    held = paths.history()\n    if held:", "    held = paths.history()\n    if False:")],
+        ["tests/test_history.py::test_a_fresh_start_over_history_is_refused_naming_it_and_the_two_ways_on"],
+    ),
+    Mutant(
+        "fresh_fit_over_history",
+        "a second fresh fit in a directory whose run died before its first checkpoint replaces its rows and plan",
+        [edit("train.py", "        refuse_fresh_over_history(paths)  # history is evidence", "        pass  #")],
+        ["tests/test_history.py::test_a_second_fresh_fit_in_one_directory_is_refused_and_every_row_is_still_there"],
+    ),
+    Mutant(
+        "run_dir_name_unchecked",
+        "a run directory whose name is not UTF-8 is created, then fails half-way (the lock's note, the lineage)",
+        [edit("rundir.py", "        if why := path_text_problem(self.root):", "        if why := None:")],
+        ["tests/test_cli_errors.py::test_a_run_dir_name_that_is_not_utf8_is_refused_by_fit_and_nothing_is_created"],
+    ),
+    # the compressor-like score and the baselines (issue 24; issue 23's bounded baselines)
+    Mutant(
+        "score_context_crosses_units",
+        "a held-out file's first byte is predicted from the previous file's last byte, not from no context",
+        [edit("score.py", "streams = [np.frombuffer(bytes([START_BYTE]) + bytes(b), dtype=np.uint8) for b in units]",
+              "streams = [np.frombuffer((bytes(units[u - 1][-1:]) if u else bytes([START_BYTE])) + bytes(b), "
+              "dtype=np.uint8) for u, b in enumerate(units)]")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_windows_rescore",
+        "each sliding window scores all its bytes: bytes already scored are scored again with less context",
+        [edit("score.py", "        out.append((start, done, hi))", "        out.append((start, start, hi))")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_se_without_fpc",
+        "the standard error ignores that the sample is a large share of a finite split",
+        [edit("score.py", "math.sqrt((1 - m / n_units) * s2 / m)", "math.sqrt(s2 / m)")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "score_leaves_eval_mode",
+        "scoring leaves the model in eval mode: the run's state changes because someone looked at it",
+        [edit("score.py", "        model.train(was)", "        model.train(False)")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "sample_not_keyed",
+        "the held-out sample is the first files in sorted order (a few neighbouring packages), not a keyed sample",
+        [
+            edit(
+                "data.py",
+                "rank = sorted(units, key=lambda u: _sha(SCORE_KEY",
+                "rank = list(units) or sorted(units, key=lambda u: (SCORE_KEY",
+            )
+        ],
+        [DATA_NB],
+    ),
+    Mutant(
+        "sample_skips_big_files",
+        "a unit that does not fit is skipped and smaller ones taken: the sample favours small files",
+        [edit("data.py", "            break  # stop at the first that does not fit", "            continue  #")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "baselines_on_the_whole_split",
+        "the compressors read the whole held-out split, not the bytes the score reads (unbounded on a big corpus)",
+        [
+            edit(
+                "data.py",
+                "held, prefix = sample.stream(corpus), ",
+                "held, prefix = bytes(corpus.data[corpus.n_train:]), ",
+            )
+        ],
+        [DATA_NB],
+    ),
+    Mutant(
+        "baselines_key_ignores_corpus",
+        "another corpus with the same sizes reads this corpus's cached baselines",
+        [edit("data.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "unwritable_cache_fails_the_run",
+        "a cache that cannot be written turns a run that trained and checkpointed into a failed one",
+        [
+            edit(
+                "data.py",
+                "    except OSError as e:\n        (log or",
+                "    except ArithmeticError as e:\n        (log or",
+            )
+        ],
+        [DATA_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
+    ),
+    Mutant(
+        "ctrl_c_in_the_baselines_interrupts_a_finished_run",
+        "Ctrl-C during the final score turns a finished, checkpointed run into 'interrupted' (exit 130)",
+        [
+            edit(
+                "cli.py",
+                "    except KeyboardInterrupt:  # the run is over",
+                "    except ZeroDivisionError:  # the run is over",
+            )
+        ],
+        [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
+    ),
+    # what a person sees of a run (issue 25)
+    Mutant(
+        "progress_redraws_into_a_log",
+        "a pipe or a log file gets the terminal's bar: a carriage-return redraw per step, not a line per log step",
+        [edit("view.py", '        return "terminal" if stream.isatty() else "lines"', '        return "terminal"')],
+        [f"{OUTPUT}::test_a_pipe_gets_one_plain_line_per_log_step"],
+    ),
+    Mutant(
+        "stop_between_refreshes_not_shown",
+        "a run stopped between two refreshes ends its output on an older step than the one its checkpoint holds",
+        [edit("view.py", "        if self.row is not None and self.shown != self.done:", "        if False:")],
+        [f"{PANEL}::test_progress_in_a_kernel_is_the_panel_and_ends_with_the_last_line"],
     ),
 ]
 
