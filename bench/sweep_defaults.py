@@ -19,7 +19,8 @@ Run it with MKL_CBWR=AUTO,STRICT in the environment (the thread-invariant numeri
 import argparse, json, os, statistics, sys, time
 from safetensors.torch import load_file, save_file
 from safetensors import safe_open
-from dormouse.config import TrainCfg, cfg_from_dict, cfg_to_dict, with_key
+from dormouse.config import TrainCfg, cfg_from_dict, cfg_to_dict
+from dormouse.testing import with_key
 from dormouse.data import load_corpus, score_sample
 from dormouse.numerics import run_scope
 from dormouse.parts import build_parts

@@ -9,16 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 import tomli_w
-from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, atomic_write_bytes, load_toml, read_regular
+from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, load_toml, read_regular
 
 # %% auto #0
 __all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK',
            'OLDER_MARKS', 'FORMAT_2_KEYS', 'MAX_CONFIG_BYTES', 'INT_MAX', 'MAX_NGRAM_ORDERS', 'RULES', 'ModelCfg',
            'TrainCfg', 'ConfigError', 'DriftError', 'field_types', 'type_word', 'has_type', 'type_problems',
-           'config_error', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'save_snapshot', 'parse_toml',
-           'read_snapshot', 'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift', 'flipped', 'with_key', 'Range',
-           'OneOf', 'Text', 'Each', 'rule_problems', 'joint_problems', 'plan_memory', 'machine_memory',
-           'memory_problems', 'validate']
+           'config_error', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'parse_toml', 'read_snapshot',
+           'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems',
+           'joint_problems', 'plan_memory', 'machine_memory', 'memory_problems', 'validate']
 
 # %% ../nbs/00_config.ipynb #5bbc8cc6
 QUANT_FORMATS = ("fp32", "bf16", "fp8", "int8")  # the factor formats `quant` accepts
@@ -223,10 +222,6 @@ def snapshot_toml(cfg: TrainCfg) -> str:
     "The TOML text of the snapshot of `cfg`."
     return SNAPSHOT_MARK + tomli_w.dumps(cfg_to_dict(cfg))
 
-def save_snapshot(cfg: TrainCfg, path) -> None:
-    "Write `cfg`'s snapshot atomically to `path` (the one durable writer, `fsio.atomic_write_bytes`)."
-    atomic_write_bytes(Path(path), snapshot_toml(cfg).encode())
-
 # %% ../nbs/00_config.ipynb #560599fd
 def parse_toml(data: bytes, what: str) -> dict:
     "Parse TOML bytes (bounded: `fsio.load_toml`); anything else is a `ConfigError` starting with `what`."
@@ -331,32 +326,6 @@ def check_drift(snapshot: dict, cfg: TrainCfg, where: str = "config.toml") -> No
     diffs = diff_keys(snapshot, cfg)
     if diffs:
         raise DriftError(diffs, where)
-
-# %% ../nbs/00_config.ipynb #a92f1840
-def flipped(value):
-    "A different value of the same type, for the snapshot test."
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + 1
-    if isinstance(value, float):
-        return value * 0.5 + 0.125
-    if isinstance(value, str):
-        return value + "x"
-    if isinstance(value, list):
-        return list(value) + [7]
-    raise TypeError(f"no flip for {type(value).__name__}")
-
-# %% ../nbs/00_config.ipynb #0d948fa8
-def with_key(cfg: TrainCfg, dotted: str, value) -> TrainCfg:
-    "A copy of `cfg` with one dotted key replaced."
-    d = cfg_to_dict(cfg)
-    *parents, last = dotted.split(".")
-    node = d
-    for p in parents:
-        node = node[p]
-    node[last] = value
-    return cfg_from_dict(d)
 
 # %% ../nbs/00_config.ipynb #dd0d71d2
 INT_MAX = 2**63 - 1  # the largest count a run holds (a container's step is a u64, a torch index an int64)

@@ -7,17 +7,16 @@ from __future__ import annotations
 import json, os, struct, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-import safetensors.torch
 from .fsio import ParseError, atomic_write, json_type_problem, load_json, open_regular
 from .quant import FallbackLatch
-from .stcodec import CHUNK, Checksum, Source, optim_encode, optim_parts, optim_read, st_parts, st_read
+from .stcodec import CHUNK, Checksum, Source, optim_parts, optim_read, st_parts, st_read
 from .stress import StressMonitor
 from .tables_file import TablesId
 
 # %% auto #0
 __all__ = ['FLAG_FP32_LATCH', 'MAGIC', 'SECTIONS', 'HEADER', 'ENTRY', 'HEADER_LEN', 'WRITE_CHECKSUM', 'V3_LAYOUT', 'META_SCHEMA',
-           'MAX_META_BYTES', 'CheckpointError', 'RunState', 'Checkpoint', 'save_ckpt', 'save_v3', 'write_v1',
-           'write_v2', 'legacy_note', 'load_ckpt', 'read_header', 'section_checks']
+           'MAX_META_BYTES', 'CheckpointError', 'RunState', 'Checkpoint', 'save_ckpt', 'save_v3', 'legacy_note',
+           'load_ckpt', 'read_header', 'section_checks']
 
 # %% ../nbs/12_container.ipynb #a1618858
 class CheckpointError(Exception):
@@ -170,23 +169,6 @@ def save_v3(path,  # the container to write
         f.seek(0)
         f.write(head + struct.pack("<I", zlib.crc32(head)))
     return atomic_write(path, write)
-
-# %% ../nbs/12_container.ipynb #2b37c963
-def _lib_bytes(tensors: dict, meta: dict | None = None) -> bytes:
-    "A safetensors buffer written by the safetensors library."
-    return safetensors.torch.save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=meta)
-
-def write_v1(path, state: RunState) -> Path:
-    "Legacy v1 container (fixture): [step][model_len][optim_len][model][optim]; drops teacher, flags, stress, env."
-    m, o = _lib_bytes(state.model), _lib_bytes(*optim_encode(state.optim))
-    return atomic_write(path, lambda f: f.write(struct.pack("<QQQ", state.step, len(m), len(o)) + m + o))
-
-def write_v2(path, state: RunState) -> Path:
-    "Legacy v2 container (fixture, ADR-0021): magic, step, lengths, flags, model, optim, teacher; drops stress, env."
-    m, o = _lib_bytes(state.model), _lib_bytes(*optim_encode(state.optim))
-    t = _lib_bytes(state.teacher) if state.teacher is not None else b""
-    head = _magic(2) + struct.pack("<QQQQQ", state.step, len(m), len(o), len(t), state.flags)
-    return atomic_write(path, lambda f: f.write(head + m + o + t))
 
 # %% ../nbs/12_container.ipynb #66779e43
 def _where(size: int, secs: list) -> str:

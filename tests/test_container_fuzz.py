@@ -14,7 +14,8 @@ import torch
 
 from dormouse.checkpoints import find_latest, list_ckpts, load_run_ckpt, save_run_ckpt
 from dormouse.report import describe
-from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt, write_v1, write_v2
+from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt
+from dormouse.testing import write_v1, write_v2
 from dormouse.numerics import numeric_env
 from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
 from dormouse.ngram import NgramTables

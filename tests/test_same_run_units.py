@@ -9,8 +9,9 @@ import torch
 
 from dormouse import dist as ddist
 from dormouse.checkpoints import find_latest, save_run_ckpt
-from dormouse.config import ENV_KEYS, PROGRESS_KEYS, DriftError, check_drift, field_names, flatten, flipped
-from dormouse.config import cfg_to_dict, read_snapshot, snapshot_toml, with_key
+from dormouse.config import ENV_KEYS, PROGRESS_KEYS, DriftError, check_drift, field_names, flatten
+from dormouse.config import cfg_to_dict, read_snapshot, snapshot_toml
+from dormouse.testing import flipped, with_key
 from dormouse.data import load_corpus
 from dormouse.dist import DistInfo, check_fingerprints
 from dormouse.fsio import atomic_write, atomic_write_bytes

@@ -26,7 +26,7 @@ def _make_ckpt(run_dir: Path) -> Path:
     except ImportError as e:  # build the run directory by hand: config.toml + container + tables file
         print(f"dormouse.train not importable ({e}); building a checkpoint from a fresh model")
         import torch
-        from dormouse.config import save_snapshot
+        from dormouse.testing import save_snapshot
         from dormouse.container import RunState
         from dormouse.numerics import numeric_env
         from dormouse.checkpoints import save_run_ckpt
