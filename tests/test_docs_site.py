@@ -133,11 +133,30 @@ def test_sidebar_yml_is_valid():
     y = yaml.safe_load((NBS / "sidebar.yml").read_text())
     contents = y["website"]["sidebar"]["contents"]
     assert contents and contents[0] == "index.ipynb"
-    missing = [c for c in contents if not (NBS / c).exists()]
+    listed = [c for item in contents for c in ([item] if isinstance(item, str) else item["contents"])]
+    missing = [c for c in listed if not (NBS / c).exists()]
     assert not missing, (
         f"nbs/sidebar.yml lists notebooks that do not exist: {missing} (python tools/build_docs.py --sidebar)"
     )
+    assert len(listed) == len(set(listed)), "nbs/sidebar.yml lists a notebook twice"
+    unlisted = sorted({p.name for p in bd.notebooks(NBS)} - set(listed))
+    assert not unlisted, f"nbs/sidebar.yml does not place {unlisted} in a layer (add each under its section)"
+    sections = [item["section"] for item in contents if isinstance(item, dict)]
+    assert len(sections) >= 4, f"the sidebar groups the chapters into layers; it has sections {sections}"
+    assert (NBS / "sidebar.yml").read_text() == bd.sidebar_yml(NBS), "`build_docs.py --sidebar` would rewrite it"
     assert "sidebar.yml" in (NBS / "_quarto.yml").read_text()
+
+
+def test_the_navigation_shows_the_layers_of_sidebar_yml(site):
+    out, _ = site
+    groups = [(t, [bd.page_name(p) for p in ps]) for t, ps in bd.layout(NBS)[0]]
+    nav = (out / "index.html").read_text().split('<nav class="sidebar">', 1)[1].split("</nav>", 1)[0]
+    at = 0
+    for title, pages in groups:  # each title, then its pages, in the file's order
+        for needle in ([f'<p class="section">{title}</p>'] if title else []) + [f'href="{n}"' for n in pages]:
+            found = nav.find(needle, at)
+            assert found >= 0, f"the navigation lacks {needle} after position {at} (section {title!r})"
+            at = found
 
 
 def test_pages_in_browser(site, browser):

@@ -2,7 +2,8 @@
 """Build the docs site from nbs/*.ipynb without Quarto (which `nbdev_docs` needs and this machine cannot install).
 
 Every notebook becomes one page (index.ipynb -> index.html, 00_config.ipynb -> config.html, as nbdev names them), with
-a navigation sidebar listing all pages (index first, then by file name, as nbdev's sidebar.yml orders them). Cells are
+a navigation sidebar that shows nbs/sidebar.yml: its pages and its named sections (the layers of the kit), each
+section's pages under its title, in the file's order; a notebook the file does not list comes last. Cells are
 shown the way nbdev shows them: `#|` directive lines are stripped, `#| hide` cells are dropped, the source of
 `#| export` cells is replaced by API docs (signature, docstring and docments parameter table of each public function and
 class the cell defines), and saved outputs — the notebooks' plots and tables — are embedded as they are.
@@ -12,13 +13,16 @@ images as data: URIs, so the site opens offline, from a file or any static serve
 
 Usage: python tools/build_docs.py [--out _docs] [--sidebar]
   --out DIR   where to write the site (default: the doc_path of settings.ini, _docs); DIR is replaced
-  --sidebar   also (re)write nbs/sidebar.yml, the navigation `nbdev_docs` uses where Quarto is installed
-Exits 1 if any notebook fails to render (the others are still written).
+  --sidebar   also (re)write nbs/sidebar.yml, the navigation `nbdev_docs` uses where Quarto is installed: its sections
+              are kept, a notebook that no longer exists is dropped, and a new one is added at the top level
+Exits 1 if any notebook fails to render or nbs/sidebar.yml names a notebook that does not exist (the rest is written).
 """
 
 from __future__ import annotations
-import argparse, ast, configparser, copy, html, io, re, shutil, sys, tokenize, warnings
+import argparse, ast, configparser, copy, html, io, json, re, shutil, sys, tokenize, warnings
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRECTIVE = re.compile(r"^\s*#\|\s*(.*?)\s*$")
@@ -37,9 +41,44 @@ def page_name(nb: Path) -> str:
     return re.sub(r"^\d+[a-z]?_", "", nb.stem) + ".html"
 
 
+def read_sidebar(nbs: Path) -> list[tuple[str, list[str]]]:
+    "nbs/sidebar.yml as [(section title, notebook names)]; top-level pages are the sections titled \"\"."
+    path = nbs / "sidebar.yml"
+    if not path.exists():
+        return []
+    groups: list[tuple[str, list[str]]] = []
+    for item in yaml.safe_load(path.read_text())["website"]["sidebar"]["contents"]:
+        if isinstance(item, str):
+            if groups and groups[-1][0] == "":
+                groups[-1][1].append(item)
+            else:
+                groups.append(("", [item]))
+        else:
+            groups.append((str(item["section"]), [str(c) for c in item.get("contents") or []]))
+    return groups
+
+
+def layout(nbs: Path) -> tuple[list[tuple[str, list[Path]]], list[str]]:
+    "([(section title, notebooks)] of the navigation, names sidebar.yml lists that do not exist)."
+    have = {p.name: p for p in notebooks(nbs)}
+    groups, missing, placed = [], [], set()
+    for title, names in read_sidebar(nbs):
+        missing += [n for n in names if n not in have]
+        placed |= set(names)
+        groups.append((title, [have[n] for n in names if n in have]))
+    rest = [p for n, p in have.items() if n not in placed]
+    return groups + ([("", rest)] if rest else []), missing
+
+
 def sidebar_yml(nbs: Path) -> str:
-    "nbs/sidebar.yml in the layout `nbdev_sidebar` writes."
-    lines = ["website:", "  sidebar:", "    contents:"] + [f"      - {p.name}" for p in notebooks(nbs)]
+    "nbs/sidebar.yml in Quarto's layout: its sections kept, a missing notebook dropped, a new one at the top level."
+    lines = ["website:", "  sidebar:", "    contents:"]
+    for title, pages in layout(nbs)[0]:
+        if title:
+            lines += [f"      - section: {json.dumps(title)}", "        contents:"]
+            lines += [f"          - {p.name}" for p in pages]
+        else:
+            lines += [f"      - {p.name}" for p in pages]
     return "\n".join(lines) + "\n"
 
 
@@ -283,7 +322,9 @@ color:#1f2328;background:#fff}
 .sidebar{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;padding:1.2rem 1rem;background:#f6f8fa;\
 border-right:1px solid #d0d7de}
 .sidebar .brand{display:block;font-weight:700;font-size:1.25rem;color:#1f2328;text-decoration:none;margin-bottom:1rem}
-.sidebar ul{list-style:none;margin:0;padding:0}.sidebar li{margin:.15rem 0}
+.sidebar ul{list-style:none;margin:0;padding:0}
+.sidebar p.section{margin:1rem 0 .3rem;font-size:.8rem;font-weight:700;text-transform:uppercase;\
+letter-spacing:.04em;color:#57606a}.sidebar li{margin:.15rem 0}
 .sidebar a{color:#0969da;text-decoration:none}.sidebar a:hover{text-decoration:underline}
 .sidebar li.current>a{font-weight:700;color:#1f2328}
 .sidebar ul.api-toc{margin:.2rem 0 .5rem .8rem;font-size:.85rem}
@@ -346,7 +387,16 @@ def render(nb_path: Path) -> tuple[str, str, list[str]]:
     return title, body, names
 
 
-def nav_html(pages: list[tuple[str, str]], current: str, names: list[str]) -> str:
+def nav_html(groups: list[tuple[str, list[tuple[str, str]]]], current: str, names: list[str]) -> str:
+    "The sidebar: each section's title over its (page, label) links; the current page lists its API."
+    out = ['<a class="brand" href="index.html">dormouse</a>']
+    for title, pages in groups:
+        head = f'<p class="section">{html.escape(title)}</p>' if title else ""
+        out.append(f'{head}<ul>{"".join(_nav_items(pages, current, names))}</ul>')
+    return "".join(out)
+
+
+def _nav_items(pages: list[tuple[str, str]], current: str, names: list[str]) -> list[str]:
     items = []
     for name, label in pages:
         cur = name == current
@@ -361,7 +411,7 @@ def nav_html(pages: list[tuple[str, str]], current: str, names: list[str]) -> st
         )
         cls = ' class="current"' if cur else ""
         items.append(f'<li{cls}><a href="{name}">{html.escape(label)}</a>{toc}</li>')
-    return f'<a class="brand" href="index.html">dormouse</a><ul>{"".join(items)}</ul>'
+    return items
 
 
 def build(out: Path, nbs: Path) -> list[str]:
@@ -387,16 +437,17 @@ def build(out: Path, nbs: Path) -> list[str]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         failures.append(f"two notebooks map to the same page: {sorted(dup)}")
-    pages = [
-        (page_name(p), "dormouse" if p.stem == "index" else (t.split(" — ")[0].strip() or p.stem))
-        for p, t, _, _ in rendered
-    ]
+    label = {p: "dormouse" if p.stem == "index" else (t.split(" — ")[0].strip() or p.stem) for p, t, _, _ in rendered}
+    groups, missing = layout(nbs)
+    fix = "python tools/build_docs.py --sidebar"
+    failures += [f"nbs/sidebar.yml lists {n}, which does not exist ({fix})" for n in missing]
+    nav = [(title, [(page_name(p), label[p]) for p in ps if p in label]) for title, ps in groups]
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for p, title, body, api in rendered:
         (out / page_name(p)).write_text(
-            page_html(title, body, nav_html(pages, page_name(p), api), css), encoding="utf-8"
+            page_html(title, body, nav_html(nav, page_name(p), api), css), encoding="utf-8"
         )
     return failures
 
