@@ -119,25 +119,27 @@ def quant_format(model: nn.Module) -> str:
     "The factor format `model`'s forward uses: one format name, or 'mixed' (fp32 if it has no factors)."
     return forward_formats(model)["quant"]
 
+# %% ../nbs/06_quant.ipynb #b722cd72
+def _check_latch_record(rec) -> None:
+    "ValueError unless `rec` is a latch's JSON record: {'tripped': bool, 'reason': str}, reason '' unless tripped."
+    ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
+    if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
+        raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
+
 # %% ../nbs/06_quant.ipynb #4a4e3ca9
-class _OneWay:
-    "A value object whose attributes cannot be assigned or deleted from outside: state changes only by its methods."
-    __slots__ = ()
+class FallbackLatch:
+    "One-way fp32-factor fallback: once tripped, every factor runs fp32; nothing un-trips it."
+    __slots__ = ("_tripped", "_reason")
+
+    def __init__(self):
+        object.__setattr__(self, "_tripped", False)
+        object.__setattr__(self, "_reason", "")
 
     def __setattr__(self, name, value):
         raise AttributeError("FallbackLatch is one-way: use trip(reason); nothing un-trips it")
 
     def __delattr__(self, name):
         raise AttributeError("FallbackLatch is one-way: use trip(reason); nothing un-trips it")
-
-# %% ../nbs/06_quant.ipynb #20b634c2
-class _Latch(_OneWay):
-    "The latch's state: whether it tripped and why; `trip` is the only change."
-    __slots__ = ("_tripped", "_reason")
-
-    def __init__(self):
-        object.__setattr__(self, "_tripped", False)
-        object.__setattr__(self, "_reason", "")
 
     @property
     def tripped(self) -> bool:
@@ -155,21 +157,6 @@ class _Latch(_OneWay):
             return
         object.__setattr__(self, "_reason", str(reason))
         object.__setattr__(self, "_tripped", True)
-
-    def __repr__(self):
-        return f"FallbackLatch(tripped={self._tripped}, reason={self._reason!r})"
-
-# %% ../nbs/06_quant.ipynb #b722cd72
-def _check_latch_record(rec) -> None:
-    "ValueError unless `rec` is a latch's JSON record: {'tripped': bool, 'reason': str}, reason '' unless tripped."
-    ok = isinstance(rec, dict) and set(rec) == {"tripped", "reason"} and isinstance(rec["tripped"], bool)
-    if not (ok and isinstance(rec["reason"], str) and (rec["tripped"] or rec["reason"] == "")):
-        raise ValueError(f"latch record {rec!r} is not {{'tripped': bool, 'reason': str}} ('' unless tripped)")
-
-# %% ../nbs/06_quant.ipynb #c399a1aa
-class FallbackLatch(_Latch):
-    "One-way fp32-factor fallback: once tripped, every factor runs fp32; nothing un-trips it."
-    __slots__ = ()
 
     @property
     def flags(self) -> int:
@@ -196,6 +183,9 @@ class FallbackLatch(_Latch):
 
     def __reduce__(self):
         return (FallbackLatch.from_json, (self.to_json(),))
+
+    def __repr__(self):
+        return f"FallbackLatch(tripped={self._tripped}, reason={self._reason!r})"
 
 # %% ../nbs/06_quant.ipynb #9a7f0c04
 def apply_compute_settings(model: nn.Module,  # the student, and separately the teacher

@@ -27,10 +27,10 @@ def _nearest_rank(sorted_xs,  # finite norms, ascending
     r = max(1, -(-per_mille * len(sorted_xs) // 1000))
     return sorted_xs[r - 1]
 
-# %% ../nbs/10_stress.ipynb #13512320
+# %% ../nbs/10_stress.ipynb #df4ff3b4
 @dataclass(eq=False)
-class _StressState:
-    "The monitor's fields: everything a checkpoint carries."
+class StressMonitor:
+    "Grad-norm window, spike count, refused updates and all norms for the p99.9 report; state is run state."
     k: float = 4.0  # a norm over k x the window median is a spike
     refuse: bool = False  # skip the update of a spike step
     window: int = 201  # norms in the median window
@@ -42,10 +42,6 @@ class _StressState:
     spike_steps: list = field(default_factory=list)  # the step of each spike
     last_step: int = -1  # the last step observed (-1: none)
 
-# %% ../nbs/10_stress.ipynb #df4ff3b4
-@dataclass(eq=False)
-class StressMonitor(_StressState):
-    "Grad-norm window, spike count, refused updates and all norms for the p99.9 report; state is run state."
     def observe(self, grad_norm: float,  # this step's gradient norm
                 step: int,  # the training step (strictly increasing)
                ) -> bool:  # True: refuse this update

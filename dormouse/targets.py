@@ -61,35 +61,8 @@ def content_hash(index: dict) -> str:
     "sha256 of the index's canonical JSON without `provenance`: pins every shard checksum and every step record."
     return hashlib.sha256(canonical_json({k: v for k, v in index.items() if k != "provenance"})).hexdigest()
 
-# %% ../nbs/19_targets.ipynb #9f4086f1
-class _TargetIndex:
-    "The index side of an opened targets directory: what it covers, and `check` against a run."
-    def __init__(self, path, index: dict):
-        self.path, self.index = Path(path), index
-        self.sha256 = content_hash(index)  # the content hash `fit` pins as jepa_targets_sha256
-        self._steps = {r["step"]: r for r in index["steps"]}
-        self._cache = None  # (shard number, hidden [rows, d], row offsets int64 [n_steps, batch + 1])
-
-    def __repr__(self):
-        return (f"TargetStore({str(self.path)!r}, steps={self.n_steps}, shards={len(self.index['shards'])}, "
-                f"sha256={self.sha256[:12]}…)")
-
-    @property
-    def n_steps(self) -> int:
-        "How many steps the file covers."
-        return len(self._steps)
-
-    def check(self, cfg: TrainCfg,  # the run (with data_sha256 filled, as `fit` has it)
-              pre_batches: int,  # the run's probe batches: step s reads batch s + pre_batches
-              steps: int,  # the run trains steps [0, steps)
-             ) -> None:
-        "Raise `TargetsError` unless the file serves every step in [0, steps) of this run; names the first bad step."
-        hint = _check_shape(self, cfg, pre_batches)
-        for s in range(steps):
-            _check_step(self, cfg, pre_batches, steps, s, hint)
-
 # %% ../nbs/19_targets.ipynb #5e469c93
-def _check_shape(store: _TargetIndex, cfg: TrainCfg, pre_batches: int) -> str:
+def _check_shape(store: TargetStore, cfg: TrainCfg, pre_batches: int) -> str:
     "Refuse a file built for another batch shape or corpus; returns the hint naming the plan keys that differ."
     ix, m = store.index, cfg.model
     want = {"batch": cfg.batch, "seq_len": cfg.seq_len, "d_model": m.d_model}
@@ -103,9 +76,9 @@ def _check_shape(store: _TargetIndex, cfg: TrainCfg, pre_batches: int) -> str:
     hint = ", ".join(f"{k} {ix[k]!r} in the file vs {v!r} here" for k, v in plan.items() if ix[k] != v)
     return f" ({hint})" if hint else ""
 
-def _check_step(store: _TargetIndex, cfg: TrainCfg, pre_batches: int, steps: int, s: int, hint: str) -> None:
+def _check_step(store: TargetStore, cfg: TrainCfg, pre_batches: int, steps: int, s: int, hint: str) -> None:
     "Refuse step `s` unless the file covers it with this run's batch index, depth and mask."
-    r, ix = store._steps.get(s), store.index
+    r, ix = store.step_record(s), store.index
     if r is None:
         raise TargetsError(f"{store.path}: step {s} is not covered — the file holds {store.n_steps} steps, this run "
                            f"trains [0, {steps}). Precompute with steps >= {steps} (targets for a longer run are a "
@@ -159,8 +132,36 @@ def _rows(hid: torch.Tensor, offs: torch.Tensor, offset: int, keep: slice | None
     return hid[offset + int(offs[lo]): offset + int(offs[hi])].clone()
 
 # %% ../nbs/19_targets.ipynb #89b8f01b
-class TargetStore(_TargetIndex):
+class TargetStore:
     "An opened offline-targets directory: `check` it against a run, then read `at(step, keep)`."
+    def __init__(self, path, index: dict):
+        self.path, self.index = Path(path), index
+        self.sha256 = content_hash(index)  # the content hash `fit` pins as jepa_targets_sha256
+        self._steps = {r["step"]: r for r in index["steps"]}
+        self._cache = None  # (shard number, hidden [rows, d], row offsets int64 [n_steps, batch + 1])
+
+    def __repr__(self):
+        return (f"TargetStore({str(self.path)!r}, steps={self.n_steps}, shards={len(self.index['shards'])}, "
+                f"sha256={self.sha256[:12]}…)")
+
+    @property
+    def n_steps(self) -> int:
+        "How many steps the file covers."
+        return len(self._steps)
+
+    def step_record(self, step: int) -> dict | None:
+        "The index's record of `step` (batch index, depth, mask digest, shard, rows), or None if the file lacks it."
+        return self._steps.get(step)
+
+    def check(self, cfg: TrainCfg,  # the run (with data_sha256 filled, as `fit` has it)
+              pre_batches: int,  # the run's probe batches: step s reads batch s + pre_batches
+              steps: int,  # the run trains steps [0, steps)
+             ) -> None:
+        "Raise `TargetsError` unless the file serves every step in [0, steps) of this run; names the first bad step."
+        hint = _check_shape(self, cfg, pre_batches)
+        for s in range(steps):
+            _check_step(self, cfg, pre_batches, steps, s, hint)
+
     def _shard(self, i: int):
         if self._cache is not None and self._cache[0] == i:
             return self._cache[1], self._cache[2]
@@ -174,7 +175,7 @@ class TargetStore(_TargetIndex):
            keep: slice | None = None,  # batch rows this process trains (None: all)
           ) -> torch.Tensor:
         "float32 [n, d_model]: the targets at the masked positions of the rows in `keep` (`hidden[keep][mask[keep]]`)."
-        r = self._steps.get(step)
+        r = self.step_record(step)
         if r is None:
             raise TargetsError(f"{self.path}: no targets for step {step} (the file holds {self.n_steps} steps)")
         hid, offs = self._shard(r["shard"])

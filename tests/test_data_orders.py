@@ -1,5 +1,5 @@
-"""Both data orders through the trainer: ADR item 6 (probe batches shift the stream) holds for each, a resumed run
-reads exactly the batches an uninterrupted run reads, and every rank slices the same global batch."""
+"""Both data orders through the trainer (rule: data indexed by step): the probe batches shift the stream for each, a
+resumed run reads exactly the batches an uninterrupted run reads, and every rank slices the same global batch."""
 
 import dataclasses, hashlib
 
@@ -31,7 +31,7 @@ def record_reads(monkeypatch):
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_resume_reads_the_batches_of_the_uninterrupted_run(order, monkeypatch, tmp_path):
-    # warm-up forwards and the quant check each read a probe batch on a fresh run: pre_batches = 2 (ADR item 6)
+    # warm-up forwards and the quant check each read a probe batch on a fresh run: pre_batches = 2
     cfg = tiny_cfg(steps=12, ckpt_every=4, eval_every=4, log_every=4, quant="fp8", quant_check=True, data_order=order)
     pb = pre_batches(cfg)
     assert pb == 2

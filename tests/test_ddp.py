@@ -66,7 +66,7 @@ def test_two_rank_resume_is_bitwise(cfg_file, uninterrupted, tmp_path):
 
 
 def test_two_rank_resume_is_bitwise_stream_order(cfg_file, tmp_path):
-    "The same guarantee in the ADR's contiguous order (the runs above use the default, shuffled)."
+    "The same guarantee in the contiguous `stream` order (the runs above use the default, shuffled)."
     stream = tmp_path / "stream.toml"
     stream.write_text(cfg_file.read_text().replace("stress = true\n", "stress = true\ndata_order = \"stream\"\n"))
     assert 'data_order = "stream"' in stream.read_text()

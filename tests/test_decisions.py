@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "nbs" / "28_decisions.ipynb"
-CITE = re.compile(r"\(rule: ([^)]+)\)")
+CITE = re.compile(r"\(rule: ((?:[^()]|\([^()]*\))+)\)")  # a name may hold one (...)
 
 
 def chapter_text() -> str:

@@ -23,7 +23,7 @@ COMBOS = {
     "everything": dict(
         aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5
     ),
-    "stream-fp8-check": dict(data_order="stream", quant="fp8", quant_check=True),  # the ADR's contiguous order
+    "stream-fp8-check": dict(data_order="stream", quant="fp8", quant_check=True),  # the contiguous order
 }  # every combination above runs in the default data_order, "shuffled"
 
 

@@ -57,7 +57,8 @@ def test_a_load_into_fresh_parts_runs_the_forward_the_run_ran():
 
 
 def test_the_row_reports_what_ran_not_what_the_plan_says():
-    "A model whose forward differs from its plan (the ADR's bug) is logged as what it runs."
+    # (rule: the forward that ran is the forward logged)
+    "A model whose forward differs from its plan is logged as what it runs."
     cfg = tiny_cfg(quant="int8")
     corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     p = build_parts(cfg)
