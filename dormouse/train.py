@@ -198,7 +198,8 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device, corpus=corpus,
                       targets=targets, dist_info=dist_info, verify_steps=verify_steps) if resume else None
-    overlap = overlap_for(paths, cfg.steps, env, parts.step, allow_env_drift, dist_info.lead) if r else Overlap({}, env)
+    waived = allow_env_drift or bool(r and r.legacy_missing)  # a legacy resume lacks state: differences are expected
+    overlap = overlap_for(paths, cfg.steps, env, parts.step, waived, dist_info.lead) if r else Overlap({}, env)
     barrier(dist_info)  # every rank has decided fresh/resume (and read the rows it re-trains) before rank 0 writes
     if r is None:
         run_probes(parts, corpus, cfg, device=device)
