@@ -329,7 +329,8 @@ def cmd_plot(args) -> int:
     return 0
 
 COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "inspect": cmd_inspect,
-            "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets, "verify": cmd_verify}
+            "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets,
+            "verify": cmd_verify}
 
 # %% ../nbs/26_cli.ipynb #80a8dcec
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config

@@ -102,8 +102,7 @@ def _meta_bytes(state, sidecar, pin) -> bytes:
         meta["pin"] = pin
     if state.latch is not None:
         meta["latch"] = state.latch
-    if state.evidence is not None:
-        meta["evidence"] = state.evidence
+    meta.update({"evidence": state.evidence} if state.evidence is not None else {})
     b = json.dumps(meta, separators=(",", ":")).encode()
     back = json.loads(b)
     if [back.get(k) for k in ("env", "pin", "latch", "evidence")] != [state.env, pin, state.latch, state.evidence]:
@@ -329,7 +328,8 @@ META_SCHEMA = {  # every field of the meta section and its type; a "?" field may
     "sidecar": ({"file": str, "train_step": int, "table_step": int, "id": str}, None),  # its tables file's identity
     "pin?": {"plan": str, "plan_sha256": str, "run_id": str, "run_started": str, "corpus": (_STAMP, None)},
     "latch?": {"tripped": bool, "reason": str},  # `FallbackLatch.to_json`
-    "evidence?": {"format": int, "start": int, "start_fingerprint": str, "losses": [float], "fingerprints": [[(int, str)]]},
+    "evidence?": {"format": int, "start": int, "start_fingerprint": str, "losses": [float],  # `Evidence.to_json`
+                  "fingerprints": [[(int, str)]]},  # [[step, fingerprint]]: `Evidence.from_json` checks the rest
 }
 MAX_META_BYTES = 16 << 20  # the biggest meta section read (one holds the plan text and the environment: a few KB)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dormouse.container import load_ckpt, save_ckpt
-from dormouse.numerics import EnvDriftError, numeric_env
+from dormouse.numerics import numeric_env
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import train_cmd, assert_same_run, tiny_cfg
 from dormouse.train import fit

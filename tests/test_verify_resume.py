@@ -269,3 +269,10 @@ def test_bf16_across_a_thread_change_is_refused_naming_the_first_step(tmp_path):
                        r"[0-9a-f]{16} recorded, [0-9a-f]{16} replayed.*bf16 autocast"):
         fit(dataclasses.replace(cfg, steps=6, threads=2), tmp_path / "run", resume=True, progress=False)
     assert [f for f in _listing(tmp_path / "run") if f[0] != "run.lock"] == before  # refused, nothing written
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU machine the check itself runs")
+def test_gpu_check_without_cuda_says_why_and_fails():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py")], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1 and "no CUDA device" in r.stdout and len(r.stdout.splitlines()) == 1, r.stdout + r.stderr
