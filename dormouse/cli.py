@@ -22,6 +22,7 @@ from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit
+from .verify import add_verify_parser, cmd_verify
 from .view import compare_runs, plot_run
 from .data import COMPRESSORS, compressor_baselines, load_corpus, score_bytes
 from .score import score
@@ -180,6 +181,7 @@ def _tool_parsers(sub) -> None:
     pt.add_argument("--out", required=True, help="targets directory to create (an existing path is refused)")
     pt.add_argument("--steps", type=int, help="steps to cover, [0, N) (default: the config's steps)")
     pt.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verify_parser(sub)
 
 # %% ../nbs/26_cli.ipynb #eb748aef
 def build_parser() -> argparse.ArgumentParser:
@@ -327,7 +329,8 @@ def cmd_plot(args) -> int:
     return 0
 
 COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "inspect": cmd_inspect,
-            "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets}
+            "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets,
+            "verify": cmd_verify}
 
 # %% ../nbs/26_cli.ipynb #80a8dcec
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config

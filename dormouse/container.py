@@ -41,6 +41,7 @@ class RunState:
     table_step: int | None  # n-gram table updates so far (None: not recorded, legacy container)
     env: dict | None  # the numeric environment the run computed under (`numeric_env`)
     latch: dict | None = None  # the fallback latch with its trip reason (`FallbackLatch.to_json`); None in older files
+    evidence: dict | None = None  # the steps since the previous checkpoint (`replay.Evidence.to_json`); None: older
 
 @dataclass
 class Checkpoint(RunState):
@@ -80,8 +81,9 @@ offset  size  field
            …  teacher  safetensors: the EMA teacher state_dict   (present=0, length 0 without a teacher)
            …  stress   StressMonitor.to_bytes()                   (present=0, length 0 with stress off)
            …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null,
-                                   "pin": {...}, "latch": {...}}
+                                   "pin": {...}, "latch": {...}, "evidence": {...}}
                          pin (absent before plan pinning): {"plan": snapshot TOML, "plan_sha256", "run_id", ...}
+                         evidence (absent before it was recorded): `replay.Evidence.to_json()`
    EOF = offset + length of meta
 """
 
@@ -100,10 +102,11 @@ def _meta_bytes(state, sidecar, pin) -> bytes:
         meta["pin"] = pin
     if state.latch is not None:
         meta["latch"] = state.latch
+    meta.update({"evidence": state.evidence} if state.evidence is not None else {})
     b = json.dumps(meta, separators=(",", ":")).encode()
     back = json.loads(b)
-    if back["env"] != state.env or back.get("pin") != pin or back.get("latch") != state.latch:
-        raise ValueError("save_ckpt: env, pin and latch must be plain JSON (str keys, lists not tuples)")
+    if [back.get(k) for k in ("env", "pin", "latch", "evidence")] != [state.env, pin, state.latch, state.evidence]:
+        raise ValueError("save_ckpt: env, pin, latch and evidence must be plain JSON (str keys, lists not tuples)")
     return b
 
 # %% ../nbs/12_container.ipynb #ce7c600f
@@ -325,6 +328,8 @@ META_SCHEMA = {  # every field of the meta section and its type; a "?" field may
     "sidecar": ({"file": str, "train_step": int, "table_step": int, "id": str}, None),  # its tables file's identity
     "pin?": {"plan": str, "plan_sha256": str, "run_id": str, "run_started": str, "corpus": (_STAMP, None)},
     "latch?": {"tripped": bool, "reason": str},  # `FallbackLatch.to_json`
+    "evidence?": {"format": int, "start": int, "start_fingerprint": str, "losses": [float],  # `Evidence.to_json`
+                  "fingerprints": [[(int, str)]]},  # [[step, fingerprint]]: `Evidence.from_json` checks the rest
 }
 MAX_META_BYTES = 16 << 20  # the biggest meta section read (one holds the plan text and the environment: a few KB)
 
@@ -364,8 +369,8 @@ def load_ckpt(path) -> Checkpoint:
         raise CheckpointError(path, "meta", f"its tables file's record: {e}") from None
     return Checkpoint(step=lay["step"], model=got["model"], optim=got["optim"], teacher=got.get("teacher"),
                       flags=lay["flags"], stress=got.get("stress"), table_step=lay["table_step"], env=meta["env"],
-                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]),
-                      tables_id=tables_id, identity=meta.get("pin"), latch=meta.get("latch"))
+                      version=v, legacy=bool(meta["missing"]), missing=list(meta["missing"]), tables_id=tables_id,
+                      identity=meta.get("pin"), latch=meta.get("latch"), evidence=meta.get("evidence"))
 
 # %% ../nbs/12_container.ipynb #0c083313
 def _open(path):

@@ -16,10 +16,13 @@ from .dist import DistInfo, check_fingerprints
 from .parts import Parts, build_parts, restore, state_fingerprint
 from .step import pre_batches, run_probes, train_step
 from .checkpoints import ckpt_name, load_run_ckpt
+from .fsio import atomic_write_bytes
+from .rundir import RunPaths, read_lineage, read_metrics
 
 # %% auto #0
 __all__ = ['EVIDENCE_FORMAT', 'EvidenceError', 'Evidence', 'Recorder', 'row_check', 'seal', 'torn_tail', 'trusted_rows',
-           'Overlap', 'Replayed', 'replay_steps', 'UnverifiableError', 'replay_start', 'replay_stop', 'verify_resume']
+           'Overlap', 'overlap_for', 'Replayed', 'replay_steps', 'UnverifiableError', 'replay_start', 'replay_stop',
+           'verify_resume']
 
 # %% ../nbs/21b_replay.ipynb #750fe405
 EVIDENCE_FORMAT = 1  # the layout of a container's meta "evidence"
@@ -208,6 +211,25 @@ class Overlap:
                             f"({what}).\n{keys}\nNo checkpoint of the differing steps was written, and metrics.jsonl "
                             "holds the run's rows again. Resume where they match, or pass allow_env_drift=True "
                             "(--allow-env-drift) to continue anyway (recorded in lineage.jsonl).")
+
+# %% ../nbs/21b_replay.ipynb #1111bce6
+def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrites metrics.jsonl
+                steps: int,  # the plan's steps: rows at or after it are not re-trained
+                env: dict,  # this segment's numeric environment
+                start: int,  # the step the resume continues from
+                waived: bool = False,  # allow_env_drift: a difference is said, not raised
+                lead: bool = True,  # the one writer: says what is not evidence, and puts the rows back on a refusal
+               ) -> Overlap:
+    "The `Overlap` of a resume: the run's trustworthy rows in [start, steps), with what is not evidence said."
+    held = paths.metrics.read_bytes() if paths.metrics.is_file() else b""
+    lineage = read_lineage(paths.root)
+    rows, why = trusted_rows([r for r in read_metrics(paths.root) if start <= r["step"] < steps], lineage)
+    if torn_tail(paths.metrics):
+        why.append("metrics.jsonl ends in a partial row (a kill mid-write): dropped, not compared")
+    for line in why if lead else []:
+        print(line)
+    put_back = (lambda: atomic_write_bytes(paths.metrics, held)) if lead else None
+    return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back)
 
 # %% ../nbs/21b_replay.ipynb #fb79f556
 @dataclass(frozen=True)

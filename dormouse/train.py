@@ -15,13 +15,14 @@ from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_dr
                              snapshot_toml, validate)
 from .container import Checkpoint
 from .data import Corpus, load_corpus
-from .numerics import check_env, env_unrecorded, numeric_env, run_scope
+from .numerics import env_diff, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
 from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
+from .replay import Overlap, Recorder, overlap_for, seal, verify_resume
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
@@ -73,7 +74,8 @@ class Resume:
     run_id: str | None  # the run's id: the identity's, else lineage.jsonl's (None: recorded nowhere)
     run_started: str | None  # when the run started, from the identity (None: not pinned)
     progress_changes: dict = field(default_factory=dict)  # {progress key: [snapshot's value, this plan's]}
-    env_drift: dict = field(default_factory=dict)  # {key: [checkpoint's, now]}: accepted with allow_env_drift
+    env_drift: dict = field(default_factory=dict)  # {key: [checkpoint's, now]}: verified by replay, or waived
+    env_verified: dict | None = None  # what the replay of the change verified (`verify_resume`); None: not replayed
     env_unrecorded: list = field(default_factory=list)  # keys the checkpoint's record could not see: unchecked
     legacy_missing: list = field(default_factory=list)  # what a legacy container lacks of what the plan needs
 
@@ -109,30 +111,41 @@ def _newest_checkpoint(cfg: TrainCfg, paths: RunPaths, run_id: str | None, devic
     return found
 
 # %% ../nbs/22_train.ipynb #dcfb36f3
-def _check_environment(found: LoadedCheckpoint, env: dict, allow_env_drift: bool) -> tuple[dict, list]:
-    "(accepted drift {key: [checkpoint's, now]}, keys unrecorded): `EnvDriftError` unless equal or allowed."
-    drift = check_env(found.ckpt.env, env, allow_env_drift, where=found.path)
-    return drift, env_unrecorded(found.ckpt.env, env)  # keys an older record could not see: unchecked
+def _check_environment(found: LoadedCheckpoint, env: dict, allow_env_drift: bool, replay) -> tuple[dict, list, dict]:
+    "(drift {key: [checkpoint's, now]}, keys unrecorded, env_verified): a change is verified by `replay`, or waived."
+    drift = env_diff(found.ckpt.env, env) if found.ckpt.env is not None else {}
+    verified = replay(found) if drift and not allow_env_drift else None  # refuses what it cannot reproduce
+    return {k: [a, b] for k, (a, b) in drift.items()}, env_unrecorded(found.ckpt.env, env), verified
 
 def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is restored into them
                   cfg: TrainCfg,  # the plan
                   paths: RunPaths,  # the run directory
                   env: dict,  # this process's numeric environment
                   *,
-                  allow_env_drift: bool = False,  # accept a different numeric environment (recorded)
+                  allow_env_drift: bool = False,  # accept a different numeric environment unverified (recorded)
                   device: str = "cpu",
+                  corpus: Corpus | None = None,  # the run's corpus: a replay trains on it (None: loaded if needed)
+                  targets=None,  # the run's offline JEPA targets, if it has them
+                  dist_info: DistInfo | None = None,  # this process's place: every rank replays together
+                  verify_steps: int = 0,  # replay at least this many steps of a changed environment (0: all)
                  ) -> Resume:
     "Every check of a resume, in order, then the run state restored into `parts`: a `Resume`, or one refusal."
     progress = _check_plan(cfg, paths)
     run_id = next((r["run_id"] for r in read_lineage(paths.root) if r.get("run_id")), None)
     found = _newest_checkpoint(cfg, paths, run_id, device)
-    drift, unrecorded = _check_environment(found, env, allow_env_drift)
+    di = dist_info or DistInfo()
+
+    def replay(f: LoadedCheckpoint) -> dict:  # the interval `f` ends, replayed in memory under this environment
+        return verify_resume(f.ckpt, f.path, cfg, corpus or load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len), env,
+                             device=device, di=di, targets=targets, wrap=lambda p: wrap_ddp(p, device, di),
+                             check=functools.partial(check_identity, cfg=cfg, run_id=run_id), verify_steps=verify_steps)
+    drift, unrecorded, verified = _check_environment(found, env, allow_env_drift, replay)
     legacy = restore(parts, found.ckpt, found.tables, cfg, path=found.path)  # refuses what the plan needs and lacks
     identity = found.checked  # the run's identity is carried unchanged
     print(f"resumed {paths.root} at step {found.ckpt.step} from {found.path.name}")
     return Resume(found.path, found.ckpt, found.tables, found.tables_file, identity,
                   identity["run_id"] if identity else run_id, identity["run_started"] if identity else None,
-                  progress, drift, unrecorded, legacy)
+                  progress, drift, verified, unrecorded, legacy)
 
 # %% ../nbs/22_train.ipynb #712b8fb5
 @dataclass
@@ -148,6 +161,8 @@ class Segment:
     identity: dict | None = None  # `make_identity`: plan, run and corpus stamp every checkpoint records
     tables_start: TablesStart = TablesStart(None)  # `start_tables`: what the first checkpoint's table delta chains to
     resume: Resume | None = None  # what this segment's resume found and checked; None: a fresh segment
+    overlap: Overlap | None = None  # the run's rows of the steps this segment re-trains: each compared as it goes
+    recorder: Recorder | None = None  # the evidence of the steps since the last checkpoint, for the next one
 
 def lineage_row(seg: Segment, started: str) -> dict:
     "The segment's row in lineage.jsonl: where it starts, its environment, and what its resume found."
@@ -156,7 +171,11 @@ def lineage_row(seg: Segment, started: str) -> dict:
            "checkpoint": str(r.path) if r else None, "env": seg.env, "env_drift": r.env_drift if r else {},
            "legacy_missing": r.legacy_missing if r else [], "progress_changes": r.progress_changes if r else {},
            "time": started[:19], "run_id": seg.identity["run_id"], "run_started": seg.identity["run_started"]}
-    return {**row, "env_unrecorded": r.env_unrecorded} if r else row
+    if r is None:
+        return row
+    return {**row, "env_unrecorded": r.env_unrecorded, "env_verified": r.env_verified,  # None: not replayed
+            "env_waived": bool(r.env_drift) and r.env_verified is None,  # allow_env_drift: continued unverified
+            "overlap_rows": len(seg.overlap.recorded)}  # the run's rows this segment re-trains and compares
 
 # %% ../nbs/22_train.ipynb #c750fc29
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
@@ -165,6 +184,8 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
                  allow_env_drift: bool,  # accept a different numeric environment (recorded)
                  device: str,
                  dist_info: DistInfo,  # every rank decides; rank 0 writes
+                 targets=None,  # the run's offline JEPA targets: a replay of a changed environment trains with them
+                 verify_steps: int = 0,  # replay at least this many steps of a changed environment (0: the interval)
                 ) -> Segment:
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % dist_info.world:
@@ -175,8 +196,11 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
-    r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device) if resume else None
-    barrier(dist_info)  # every rank has decided fresh/resume before rank 0 writes anything
+    r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device, corpus=corpus,
+                      targets=targets, dist_info=dist_info, verify_steps=verify_steps) if resume else None
+    waived = allow_env_drift or bool(r and r.legacy_missing)  # a legacy resume lacks state: differences are expected
+    overlap = overlap_for(paths, cfg.steps, env, parts.step, waived, dist_info.lead) if r else Overlap({}, env)
+    barrier(dist_info)  # every rank has decided fresh/resume (and read the rows it re-trains) before rank 0 writes
     if r is None:
         run_probes(parts, corpus, cfg, device=device)
     env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
@@ -184,8 +208,10 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     rows = [row for row in read_metrics(paths.root) if row["step"] < parts.step] if r else []
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
     identity = make_identity(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
+    fp = state_fingerprint(parts)  # where this segment's evidence starts
+    check_fingerprints(fp, parts.step - 1, dist_info)
     seg = Segment(paths, parts, env, len(lineage), parts.step, rows, dist_info.lead, identity,
-                  start_tables(parts.tables, r.tables_file if r else None), r)
+                  start_tables(parts.tables, r.tables_file if r else None), r, overlap, Recorder(parts.step, fp))
     if seg.lead and r and parts.step == cfg.steps:  # nothing to train, so nothing is written
         print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
     elif seg.lead:
@@ -236,8 +262,9 @@ def checkpoint(seg: Segment, log: MetricsLog,
               ) -> None:
     "Take a checkpoint at a step boundary: rows fsynced, rank 0 snapshots the state for its commit, every rank waits."
     log.sync()
+    evidence = seg.recorder.take().to_json()  # the steps since the previous checkpoint: this one carries them
     if seg.lead:
-        commits.submit(to_run_state(seg.parts, seg.env), seg.parts.tables)
+        commits.submit(dataclasses.replace(to_run_state(seg.parts, seg.env), evidence=evidence), seg.parts.tables)
     barrier(dist_info)
 
 def fingerprint(parts: Parts, step: int, dist_info: DistInfo) -> str:
@@ -297,6 +324,7 @@ def fit(cfg: TrainCfg,  # the plan
         progress=None,  # None: progress bar (and a live panel in Jupyter); False: quiet
         device: str | None = None,  # "cpu" (default, or $DORMOUSE_DEVICE) or "cuda"
         ckpt_background: bool = True,  # commit checkpoints on a background thread; False: in the loop (debugging)
+        verify_steps: int = 0,  # a resume in a changed environment replays at least this many steps (0: the interval)
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
@@ -306,7 +334,7 @@ def fit(cfg: TrainCfg,  # the plan
         # pin the inputs, open the segment (fresh with probes, resumed, or refused), build the loop's helpers
         cfg, corpus, targets = pin_inputs(cfg)
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
-                           dist_info=dist_info)
+                           dist_info=dist_info, targets=targets, verify_steps=verify_steps)
         wrap_ddp(seg.parts, device, dist_info)
         probes, t0, stopped = pre_batches(cfg), time.time(), False
         log, ui, commits = loop_helpers(seg, cfg, progress, ckpt_background)
@@ -322,10 +350,12 @@ def fit(cfg: TrainCfg,  # the plan
                 # look: held-out eval and the state fingerprint at their cadences, then the row
                 if cfg.eval and done % cfg.eval_every == 0:
                     row.update(evaluate(seg.parts, corpus, cfg, device))
-                due = done % cfg.log_every == 0 or save_now
+                due = done % cfg.log_every == 0 or save_now or seg.overlap.wants_fingerprint(step)
                 row["fingerprint"] = fingerprint(seg.parts, step, dist_info) if due else None
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment
-                seg.rows.append(row)
+                seg.overlap.check(row)  # a step the run had trained before: the same, or stop here (no checkpoint)
+                seg.rows.append(seal(row))  # its `check`: an edit of the logged row shows
+                seg.recorder.add(row)  # evidence for the next checkpoint
                 log.write(row)
                 ui.update(row, seg.rows)
                 # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
@@ -350,8 +380,12 @@ def close_segment(seg: Segment,
     if stopped and seg.lead:
         print(f"interrupted: checkpoint written at step {seg.parts.step}; continue with resume=True "
               "(dormouse train --resume)")
+    if seg.overlap.compared and seg.lead:
+        print(f"overlap: {seg.overlap.compared} re-trained step(s) matched the run's rows bit for bit "
+              f"({seg.overlap.fingerprints} fingerprint(s))")
     df = metrics_frame(seg.paths.root)
     df = df[df.step < seg.parts.step].reset_index(drop=True)
     sig = signal.Signals(signum or signal.SIGINT) if stopped else None
-    df.attrs.update(interrupted=stopped, signal=sig.name if sig else None, exit_status=128 + sig if sig else 0)
+    df.attrs.update(interrupted=stopped, signal=sig.name if sig else None, exit_status=128 + sig if sig else 0,
+                    overlap_compared=seg.overlap.compared)  # re-trained steps compared with the run's rows
     return df

@@ -18,6 +18,7 @@ thread_invariant_mode()
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "default_size: the default model size (seconds each): kept few")
     config.addinivalue_line(
         "markers", "jupyterlab: drives JupyterLab in headless Chromium (run it alone: pytest -m jupyterlab tests)"
     )

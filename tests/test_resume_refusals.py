@@ -48,9 +48,11 @@ def test_env_drift_is_refused_naming_the_key_and_recorded_when_allowed(base, tmp
     ck = load_ckpt(p)
     ck.env = {**ck.env, "torch": "1.0.0"}
     save_ckpt(p, ck)
+    ck.evidence = None  # a checkpoint that cannot prove the change by replay (issue 22)
+    save_ckpt(p, ck)
     with pytest.raises(EnvDriftError, match="torch") as e:
         fit(cfg, run, resume=True, progress=False)
-    assert "allow_env_drift" in str(e.value)
+    assert "allow_env_drift" in str(e.value) and "carries no evidence" in str(e.value)
     fit(cfg, run, resume=True, allow_env_drift=True, progress=False)
     seg = read_jsonl(RunPaths(run).lineage)[-1]
     assert seg["env_drift"]["torch"][0] == "1.0.0", seg["env_drift"]

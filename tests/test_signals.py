@@ -61,7 +61,7 @@ def test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise(cfg_fil
 
     threading.Thread(target=term_after_10_rows, daemon=True).start()
     df = fit(cfg, run, progress=False)
-    assert df.attrs == {"interrupted": True, "signal": "SIGTERM", "exit_status": 143}, df.attrs
+    assert df.attrs == {"interrupted": True, "signal": "SIGTERM", "exit_status": 143, "overlap_compared": 0}, df.attrs
     step = stopped_at(run, cfg.steps)
     assert list(df.step) == list(range(step))
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers  # the caller's, again

@@ -662,6 +662,49 @@ MUTANTS = [
         [edit("view.py", "        if self.row is not None and self.shown != self.done:", "        if False:")],
         [f"{PANEL}::test_progress_in_a_kernel_is_the_panel_and_ends_with_the_last_line"],
     ),
+    # issue 22: resume anywhere, proven (evidence, the overlap check, verification by replay, dormouse verify)
+    Mutant(
+        "evidence_not_compared",
+        "a resume re-trains the steps after its checkpoint without comparing them with the run's rows",
+        [edit("replay.py", '        rec = self.recorded.get(row["step"])', "        rec = None")],
+        ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
+    ),
+    Mutant(
+        "evidence_compared_only_at_checkpoints",
+        "the overlap check looks only at checkpoint steps: a difference between them goes unseen",
+        [
+            edit(
+                "train.py",
+                "                seg.overlap.check(row)  # a step",
+                "                seg.overlap.check(row) if save_now else None  # a step",
+            )
+        ],
+        ["tests/test_verify_resume.py::test_a_killed_run_resumes_comparing_every_step_it_re_trains"],
+    ),
+    Mutant(
+        "replay_writes_into_the_run_dir",
+        "dormouse verify takes the run's lock as a writer: it writes its note into the run directory it proves",
+        [edit("verify.py", "    with RunLock(paths.lock, shared=True):", "    with RunLock(paths.lock):")],
+        ["tests/test_verify_resume.py::test_dormouse_verify_reproduces_every_interval_and_writes_nothing"],
+    ),
+    Mutant(
+        "verified_resume_not_recorded",
+        "a resume verified by replay leaves no record of what was verified in lineage.jsonl",
+        [edit("train.py", '"env_verified": r.env_verified,', '"env_verified": None,')],
+        ["tests/test_verify_resume.py::test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same"],
+    ),
+    Mutant(
+        "overlap_mismatch_only_warned",
+        "a re-trained step that differs from the run's row is a warning, and the diverged run goes on",
+        [edit("replay.py", "        if self.waived:", "        if True:")],
+        ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
+    ),
+    Mutant(
+        "replay_mismatch_only_warned",
+        "a replay of a changed environment that differs is said, and the resume goes on in the new environment",
+        [edit("replay.py", "    if got.differs:", "    if got.differs and False:")],
+        ["tests/test_verify_resume.py::test_a_replay_that_differs_is_refused_naming_the_step"],
+    ),
 ]
 
 
