@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 from .config import ConfigError, read_snapshot
-from .data import COMPRESSORS, CorpusError, compressor_baselines, load_corpus
+from .baselines import COMPRESSORS, compressor_baselines
+from .data import CorpusError, load_corpus
 from .rundir import RunPaths, metrics_frame, read_lineage, read_metrics
 
 # %% auto #0

@@ -67,7 +67,8 @@ RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
 SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
-DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample and the baselines cache
+DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample
+BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 PANEL = "tests/test_live_panel.py"
@@ -456,31 +457,31 @@ MUTANTS = [
     Mutant(
         "key_rules_not_applied",
         "a value outside its key's range (lr -1, beta1 1.5, mlp_mult 0) reaches torch or trains silently wrong",
-        [edit("config.py", "    errs = rule_problems(flat)\n", "    errs = []\n")],
+        [edit("validate.py", "    errs = rule_problems(flat)\n", "    errs = []\n")],
         [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
     ),
     Mutant(
         "momentum_may_be_one",
         "a decay or momentum of 1 (beta2, ngram_momentum) passes: AdamW raises, the n-gram rows never forget",
-        [edit("config.py", '_DECAY = Range(0.0, 1.0, "[)")', '_DECAY = Range(0.0, 1.0, "[]")')],
+        [edit("validate.py", '_DECAY = Range(0.0, 1.0, "[)")', '_DECAY = Range(0.0, 1.0, "[]")')],
         [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
     ),
     Mutant(
         "joint_rules_not_applied",
         "min_lr above lr, heads of odd width, orders longer than a sequence pass validation",
-        [edit("config.py", "    errs += joint_problems(cfg, ", "    errs += 0 * joint_problems(cfg, ")],
+        [edit("validate.py", "    errs += joint_problems(cfg, ", "    errs += 0 * joint_problems(cfg, ")],
         [f"{RANGES}::test_the_rules_between_keys"],
     ),
     Mutant(
         "memory_not_checked",
         "a plan needing terabytes is allocated until the allocator fails, instead of refused with the figure",
-        [edit("config.py", "        errs = memory_problems(cfg, machine_memory())", "        errs = []")],
+        [edit("validate.py", "        errs = memory_problems(cfg, machine_memory())", "        errs = []")],
         [f"{RANGES}::test_fit_refuses_before_anything_is_allocated_or_written"],
     ),
     Mutant(
         "orders_past_the_header",
         "65 n-gram orders pass validation, then every tables file they write is refused as corrupt",
-        [edit("config.py", "MAX_NGRAM_ORDERS = 64  #", "MAX_NGRAM_ORDERS = 65  #")],
+        [edit("validate.py", "MAX_NGRAM_ORDERS = 64  #", "MAX_NGRAM_ORDERS = 65  #")],
         [f"{RANGES}::test_the_orders_limit_is_the_tables_files_header_limit"],
     ),
     Mutant(
@@ -612,30 +613,30 @@ MUTANTS = [
         "the compressors read the whole held-out split, not the bytes the score reads (unbounded on a big corpus)",
         [
             edit(
-                "data.py",
+                "baselines.py",
                 "held, prefix = sample.stream(corpus), ",
                 "held, prefix = bytes(corpus.data[corpus.n_train:]), ",
             )
         ],
-        [DATA_NB],
+        [BASELINES_NB],
     ),
     Mutant(
         "baselines_key_ignores_corpus",
         "another corpus with the same sizes reads this corpus's cached baselines",
-        [edit("data.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
-        [DATA_NB],
+        [edit("baselines.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
+        [BASELINES_NB],
     ),
     Mutant(
         "unwritable_cache_fails_the_run",
         "a cache that cannot be written turns a run that trained and checkpointed into a failed one",
         [
             edit(
-                "data.py",
+                "baselines.py",
                 "    except OSError as e:\n        (log or",
                 "    except ArithmeticError as e:\n        (log or",
             )
         ],
-        [DATA_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
+        [BASELINES_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
     ),
     Mutant(
         "ctrl_c_in_the_baselines_interrupts_a_finished_run",
