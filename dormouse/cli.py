@@ -8,7 +8,8 @@ import argparse, ast, dataclasses, errno, inspect, io, json, os, re, sys, textwr
 from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
-                             config_error, field_types, flatten, load_cfg, read_snapshot, validate)
+                             config_error, field_types, flatten, load_cfg, read_snapshot)
+from .validate import validate
 from .fsio import MAX_INT_DIGITS, path_text_problem
 from .container import CheckpointError
 from .report import describe
@@ -23,7 +24,8 @@ from .numerics import EnvDriftError
 from .rundir import RunPaths, read_jsonl
 from .train import fit
 from .view import compare_runs, plot_run
-from .data import COMPRESSORS, compressor_baselines, load_corpus, score_bytes
+from .baselines import COMPRESSORS, compressor_baselines
+from .data import load_corpus, score_bytes
 from .score import score
 
 # %% auto #0

@@ -12,7 +12,8 @@ import pandas as pd
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
-                             snapshot_toml, validate)
+                             snapshot_toml)
+from .validate import validate
 from .container import Checkpoint
 from .data import Corpus, load_corpus
 from .numerics import check_env, env_unrecorded, numeric_env, run_scope
