@@ -177,6 +177,10 @@ class FileBytes:
         self._f = open_regular(path)  # never a FIFO or a device: they would block, or read as endless bytes
         self.size = os.fstat(self._f.fileno()).st_size  # the size the run was opened with
 
+    def close(self) -> None:
+        "Close the file: a run that failed must not hold it open for as long as its traceback lives."
+        self._f.close()
+
     def __len__(self) -> int:
         return self.size
 
