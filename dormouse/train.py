@@ -18,7 +18,8 @@ from .container import Checkpoint
 from .data import Corpus, load_corpus
 from .numerics import check_env, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
-from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
+from .dist import (DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, one_run_per_process,
+                           process_group)
 from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
@@ -303,14 +304,17 @@ def fit(cfg: TrainCfg,  # the plan
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
     dist_info, paths = dist_from_env(), RunPaths(Path(run_dir))
     with process_group(dist_info, device or os.environ.get("DORMOUSE_DEVICE", "cpu")) as device, \
-            run_scope(cfg.threads, device), hold_run_dir(paths, resume, dist_info):
+            one_run_per_process(), run_scope(cfg.threads, device), hold_run_dir(paths, resume, dist_info), \
+            contextlib.ExitStack() as owned:
         # pin the inputs, open the segment (fresh with probes, resumed, or refused), build the loop's helpers
         cfg, corpus, targets = pin_inputs(cfg)
+        owned.callback(corpus.data.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info)
         wrap_ddp(seg.parts, device, dist_info)
         probes, t0, stopped = pre_batches(cfg), time.time(), False
         log, ui, commits = loop_helpers(seg, cfg, progress, ckpt_background)
+        owned.callback(log.close)
         with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
             for step in range(seg.start, cfg.steps):
                 commits.check()  # a failed background commit raises here, at the step boundary
@@ -322,7 +326,9 @@ def fit(cfg: TrainCfg,  # the plan
                 save_now = done % cfg.ckpt_every == 0 or done == cfg.steps or stopped
                 # look: held-out eval and the state fingerprint at their cadences, then the row
                 if cfg.eval and done % cfg.eval_every == 0:
-                    row.update(evaluate(seg.parts, corpus, cfg, device))
+                    row.update(evaluate(seg.parts, corpus, cfg, device, stop=lambda: stop.requested))
+                    stopped = agree_max(stop.requested, dist_info, device)  # a stop mid-eval: saved now
+                    save_now = save_now or stopped
                 due = done % cfg.log_every == 0 or save_now
                 row["fingerprint"] = fingerprint(seg.parts, step, dist_info) if due else None
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment
