@@ -62,7 +62,7 @@ class TrainCfg:
     threads: int = 1  # torch intra-op threads; bit-identity holds only at the same count (raise for bigger models)
     log_every: int = 10  # steps between log lines and state fingerprints (progress)
     ckpt_every: int = 200  # steps between checkpoints (progress)
-    keep_ckpts: int = 3  # how many checkpoints rotation keeps
+    keep_ckpts: int = 3  # how many checkpoints rotation keeps (progress)
     eval: bool = True  # run held-out eval at `eval_every` (progress)
     eval_every: int = 350  # steps between evals (progress)
     eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
@@ -87,7 +87,8 @@ class TrainCfg:
     ngram_momentum: float = 0.9  # Nesterov momentum of the n-gram row updates
 
 # %% ../nbs/00_config.ipynb #1da5b830
-PROGRESS_KEYS = frozenset({"steps", "log_every", "ckpt_every", "eval", "eval_every"})  # may change on a resume
+# may change on a resume: they decide when the run is looked at and saved, never what it computes
+PROGRESS_KEYS = frozenset({"steps", "log_every", "ckpt_every", "keep_ckpts", "eval", "eval_every"})
 
 # The numeric environment, not the plan: a change alters bits, never the experiment. The drift check skips these; the
 # numeric-environment check compares them with the checkpoint's record, and allow_env_drift records an override.
@@ -112,7 +113,9 @@ class DriftError(RuntimeError):
             + "\n".join(lines)
             + f"\nOnly the progress keys {sorted(PROGRESS_KEYS)} may change on a resume "
             f"(the environment keys {sorted(ENV_KEYS)} are checked with the numeric environment). "
-            "Start a new run directory to train a different plan.")
+            "Start a new run directory to train a different plan."
+            + ("\nThe corpus path is part of the plan (it decides the split as well as the bytes): put the corpus "
+               "back at its old path, or link it there, to resume." if "data" in diffs else ""))
 
 # %% ../nbs/00_config.ipynb #57b7b057
 def field_types(cls=TrainCfg, prefix: str = "") -> dict[str, Any]:
