@@ -196,13 +196,13 @@ MUTANTS = [
         "strict_key_made_progress",
         "rule 1: a key that reaches the forward (jepa_weight) may change on a resume",
         [edit("config.py", '"eval", "eval_every"})', '"eval", "eval_every", "jepa_weight"})')],
-        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+        [f"{UNITS}::test_exactly_the_progress_keys_may_change_on_a_resume"],
     ),
     Mutant(
         "progress_key_made_strict",
         "rule 1: extending a run with another eval_every is refused as drift",
         [edit("config.py", '"eval", "eval_every"})', '"eval"})')],
-        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+        [f"{UNITS}::test_exactly_the_progress_keys_may_change_on_a_resume"],
     ),
     Mutant(
         "lr_reads_steps",
