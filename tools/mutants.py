@@ -72,6 +72,10 @@ BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compresso
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 PANEL = "tests/test_live_panel.py"
+PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
+HISTORY = "tests/test_history.py"
+RESUME_KEYS = "tests/test_resume_keys.py"
+CLI = "tests/test_cli_errors.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -649,6 +653,94 @@ MUTANTS = [
             )
         ],
         [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
+    ),
+    # issue 23 (round 3): a stop mid-eval, one run per process, the caller's process put back, history streamed,
+    # keep_ckpts a progress key, the corpus path's refusal, the CLI's three messages
+    Mutant(
+        "eval_ignores_a_stop",
+        "SIGTERM during a long eval waits for the whole eval (eval_batches 100000: minutes) before the checkpoint",
+        [edit("step.py", "            if stop is not None and stop():", "            if False:")],
+        [f"{PROCESS}::test_a_stop_during_an_endless_eval_is_honoured_within_one_batch_and_checkpoints_the_step"],
+    ),
+    Mutant(
+        "second_fit_in_a_process_runs",
+        "two fits from two threads train under each other's process-wide torch settings and restore them crosswise",
+        [edit("dist.py", "    if not _ONE_RUN.acquire(blocking=False):", "    if _ONE_RUN.acquire(False) and False:")],
+        [f"{PROCESS}::test_a_second_fit_from_another_thread_is_refused_and_changes_no_setting"],
+    ),
+    Mutant(
+        "lazy_import_env_left_behind",
+        "the first fit of a process leaves TORCHINDUCTOR_CACHE_DIR in os.environ",
+        [edit("dist.py", "                os.environ.pop(k, None)", "                pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "warnings_filter_left_behind",
+        "the first fit of a process leaves a warnings filter behind",
+        [edit("dist.py", "        warnings.filters[:] = filters", "        pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "failed_fit_keeps_the_corpus_open",
+        "a failed fit keeps the corpus open for as long as its traceback lives",
+        [edit("train.py", "        owned.callback(corpus.data.close)", "        pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "plot_trace_unbounded",
+        "plot draws every row of a long run: memory and time grow with the run",
+        [edit("view.py", "            if len(self.done) == 2 * self.most:", "            if False:")],
+        [f"{HISTORY}::test_compare_and_plot_stream_a_long_history_in_bounded_memory"],
+    ),
+    Mutant(
+        "steps_out_of_order_accepted",
+        "a metrics file whose steps go back is walked as if in order: compare pairs the wrong rows",
+        [edit("rundir.py", '        if row["step"] <= last:', "        if False:")],
+        ["nbs/21_view.ipynb"],
+    ),
+    Mutant(
+        "compare_a_missing_directory",
+        "compare against a directory that does not exist says 'has 0 rows' instead of naming it",
+        [edit("view.py", "        if not Path(run).is_dir():", "        if False:")],
+        ["nbs/21_view.ipynb"],
+    ),
+    Mutant(
+        "keep_ckpts_strict",
+        "keeping fewer checkpoints from a resume on is refused as drift, though no step reads them",
+        [edit("config.py", '"ckpt_every", "keep_ckpts", ', '"ckpt_every", ')],
+        [f"{RESUME_KEYS}::test_keep_ckpts_may_change_on_a_resume_and_the_run_is_the_same"],
+    ),
+    Mutant(
+        "moved_corpus_without_a_way_on",
+        "a moved corpus is refused as drift on data without saying to put it back or link it",
+        [edit("config.py", 'if "data" in diffs else ""', 'if False else ""')],
+        [f"{RESUME_KEYS}::test_a_moved_corpus_is_refused_saying_to_put_it_back_and_a_link_resumes"],
+    ),
+    Mutant(
+        "generate_prints_the_prompt_first",
+        "generate prints the prompt, then rejects an argument",
+        [
+            edit(
+                "cli.py",
+                "    out.write(prompt)  # the completion continues the prompt\n"
+                "    out.flush()\n    for chunk in chunks:",
+                "    out.write(prompt)\n    out.flush()\n"
+                "    for chunk in generate(model, prompt, temperature=args.temperature, stream=True):",
+            )
+        ],
+        [f"{CLI}::test_generate_rejects_an_argument_before_printing_the_prompt"],
+    ),
+    Mutant(
+        "plot_appends_png",
+        "plot -o X writes X.png and says 'wrote X'",
+        [edit("cli.py", 'format=ext or "png")', "format=None)")],
+        [f"{CLI}::test_plot_writes_the_file_it_names"],
+    ),
+    Mutant(
+        "inspect_raises_on_an_ascii_terminal",
+        "under PYTHONIOENCODING=ascii inspect prints a codec error instead of its verdict",
+        [edit("cli.py", '    print(text.encode(enc, "backslashreplace").decode(enc))', "    print(text)")],
+        [f"{CLI}::test_inspect_prints_its_verdict_under_an_ascii_terminal"],
     ),
     # what a person sees of a run (issue 25)
     Mutant(
