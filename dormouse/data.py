@@ -104,7 +104,8 @@ def build_dir_corpus(root: Path,  # the directory
     if not rels:
         raise CorpusError(f"corpus directory {root} has no files{f' ending in {suffix}' if suffix else ''}.")
     listing = [[r, (root / r).stat().st_size, (root / r).stat().st_mtime_ns] for r in rels]
-    key = _sha(json.dumps([CORPUS_FORMAT, repr(holdout_frac), str(root.resolve()), suffix, listing]).encode())[:32]
+    source = _sha(json.dumps([CORPUS_FORMAT, repr(holdout_frac), str(root.resolve()), suffix]).encode())[:16]
+    key = f"{source}-{_sha(json.dumps(listing).encode())[:16]}"  # one directory's builds share their first half
     bin_p, meta_p = cache_dir() / f"corpus-{key}.bin", cache_dir() / f"corpus-{key}.json"
     if meta_p.exists() and bin_p.exists():
         meta = json.loads(meta_p.read_text())
@@ -122,6 +123,9 @@ def build_dir_corpus(root: Path,  # the directory
     except OSError as e:
         raise CorpusError(f"cannot write the corpus cache in {cache_dir()} ({e}); "
                           "set DORMOUSE_CACHE to a writable directory.") from None
+    for old in cache_dir().glob(f"corpus-{source}-*"):  # the same directory's older builds: one copy, not one a touch
+        if not old.name.startswith(f"corpus-{key}."):
+            old.unlink(missing_ok=True)  # a run still reading one keeps its open file
     return bin_p, meta
 
 # %% ../nbs/03_data.ipynb #f56a32b1
