@@ -173,7 +173,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {dist_info.world}")
     if not resume:
         refuse_fresh_over_history(paths)  # history is evidence: a fresh start never replaces it
-    stamp = corpus_stamp(corpus.data.path)  # the file the run reads: checked before every checkpoint
+    stamp = corpus_stamp(corpus.data.path if corpus.manifest is None else "")  # a cache build: never rewritten
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
