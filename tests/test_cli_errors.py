@@ -513,3 +513,21 @@ def test_inspect_prints_its_verdict_under_an_ascii_terminal(runs):
         r = subprocess.run([sys.executable, "-m", "dormouse.cli", "inspect", str(path)], capture_output=True, text=True,
                            timeout=300, env=env)
         assert r.returncode == code and words in r.stdout and "codec" not in r.stderr, (r.stdout[-500:], r.stderr)
+
+
+def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_path, capsys, monkeypatch):
+    "Issue 23: ENOSPC on a run's first checkpoint said the previous one was intact and to resume; there is none."
+    import dormouse.checkpoints as ckpts
+    real = ckpts.save_v3
+
+    def full_disk(path, *a, **kw):
+        if Path(path).name == "step_000005.dmck":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(ckpts, "save_v3", full_disk)
+    monkeypatch.delenv("DORMOUSE_DEBUG", raising=False)
+    rc = main(["train", "--config", str(runs / "tiny.toml"), "--run-dir", str(tmp_path / "new"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert "step_000005.dmck" in err and "there is none to resume from" in err and "intact" not in err, err
