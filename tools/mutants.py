@@ -742,6 +742,24 @@ MUTANTS = [
         [edit("cli.py", '    print(text.encode(enc, "backslashreplace").decode(enc))', "    print(text)")],
         [f"{CLI}::test_inspect_prints_its_verdict_under_an_ascii_terminal"],
     ),
+    Mutant(
+        "corpus_builds_pile_up",
+        "every touch of a directory corpus adds another full cached copy, and none is ever removed",
+        [edit("data.py", "            old.unlink(missing_ok=True)", "            pass")],
+        ["tests/test_data_cache.py::test_touching_a_directory_corpus_replaces_its_build"],
+    ),
+    Mutant(
+        "deleted_cache_ends_the_run",
+        "deleting the cache under a healthy run ends it at its next checkpoint, though its open file still reads",
+        [edit("train.py", 'corpus.data.path if corpus.manifest is None else ""', "corpus.data.path")],
+        ["tests/test_data_cache.py::test_deleting_the_cache_under_a_run_does_not_end_it"],
+    ),
+    Mutant(
+        "first_checkpoint_advises_a_resume",
+        "ENOSPC at a run's first checkpoint says the previous one is intact and to resume: there is none",
+        [edit("commit.py", 'and resume." if prev else', 'and resume." or')],
+        [f"{CLI}::test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume"],
+    ),
     # what a person sees of a run (issue 25)
     Mutant(
         "progress_redraws_into_a_log",
