@@ -78,9 +78,12 @@ FRESH = textwrap.dedent("""
     from dormouse.testing import tiny_cfg
     from dormouse.train import fit
     torch.set_num_threads(2)
-    torch.use_deterministic_algorithms(True, warn_only=True)
     env, filters = dict(os.environ), list(warnings.filters)
-    fit(tiny_cfg(steps=2, eval=False), sys.argv[1] + "/ok", progress=False)
+    fit(tiny_cfg(steps=2, eval=False), sys.argv[1] + "/ok", progress=False)  # the process's first deterministic mode
+    assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
+    assert list(warnings.filters) == filters, "a warnings filter was left behind"
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    fit(tiny_cfg(steps=2, eval=False), sys.argv[1] + "/ok2", progress=False)
     fds = len(os.listdir("/proc/self/fd"))
     errors = []
     for _ in range(3):  # a fresh start over history is refused: each failed fit keeps its traceback alive here
@@ -92,8 +95,6 @@ FRESH = textwrap.dedent("""
     assert len(os.listdir("/proc/self/fd")) == fds, "a failed fit kept files open"
     assert torch.get_num_threads() == 2
     assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
-    assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
-    assert list(warnings.filters) == filters, "a warnings filter was left behind"
     print("ok")
 """)
 

@@ -36,3 +36,13 @@ def test_a_moved_corpus_is_refused_saying_to_put_it_back_and_a_link_resumes(tmp_
     fit(cfg, tmp_path / "r", resume=True, progress=False)
     fit(cfg, tmp_path / "ref", progress=False)
     assert_same_run(tmp_path / "ref", tmp_path / "r")
+
+
+def test_an_older_kits_none_precisions_are_not_environment_drift():
+    "Issue 23: a record whose fp32 precisions say 'none' (an older kit's raw value) means 'ieee', not drift."
+    from dormouse.numerics import CPU_FP32_KEYS, EnvDriftError, check_env, numeric_env
+
+    now = numeric_env(1, "cpu", 1)
+    assert check_env({**now, **{k: "none" for k in CPU_FP32_KEYS}}, now, False, "old.dmck") == {}
+    with pytest.raises(EnvDriftError):  # a precision that acts differently is still drift
+        check_env({**now, "fp32_precision": "tf32"}, now, False, "old.dmck")

@@ -681,6 +681,13 @@ MUTANTS = [
         [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
     ),
     Mutant(
+        "warn_only_not_restored",
+        "a caller's deterministic mode with warn_only comes back from fit without warn_only (errors where it warned)",
+        [edit("numerics.py", "            torch.use_deterministic_algorithms(det, warn_only=warn)",
+              "            torch.use_deterministic_algorithms(det)")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
         "failed_fit_keeps_the_corpus_open",
         "a failed fit keeps the corpus open for as long as its traceback lives",
         [edit("train.py", "        owned.callback(corpus.data.close)", "        pass")],
@@ -720,13 +727,8 @@ MUTANTS = [
         "generate_prints_the_prompt_first",
         "generate prints the prompt, then rejects an argument",
         [
-            edit(
-                "cli.py",
-                "    out.write(prompt)  # the completion continues the prompt\n"
-                "    out.flush()\n    for chunk in chunks:",
-                "    out.write(prompt)\n    out.flush()\n"
-                "    for chunk in generate(model, prompt, temperature=args.temperature, stream=True):",
-            )
+            edit("cli.py", "    chunks = generate(model, prompt, ", "    chunks = lambda: generate(model, prompt, "),
+            edit("cli.py", "    for chunk in chunks:", "    for chunk in chunks():"),
         ],
         [f"{CLI}::test_generate_rejects_an_argument_before_printing_the_prompt"],
     ),
