@@ -289,8 +289,7 @@ def cmd_serve(args) -> int:
 def cmd_inspect(args) -> int:
     "dormouse inspect: describe a container; exit 1 when it is refused."
     text = describe(args.path)
-    enc = sys.stdout.encoding or "utf-8"
-    print(text.encode(enc, "backslashreplace").decode(enc))  # the verdict, whatever the terminal's encoding
+    print(text.encode(sys.stdout.encoding or "utf-8", "backslashreplace").decode(sys.stdout.encoding or "utf-8"))
     return 1 if "verdict: REFUSED" in text else 0  # a damaged container is an error for scripts too
 
 # %% ../nbs/26_cli.ipynb #d8f59644
