@@ -741,7 +741,7 @@ MUTANTS = [
     Mutant(
         "inspect_raises_on_an_ascii_terminal",
         "under PYTHONIOENCODING=ascii inspect prints a codec error instead of its verdict",
-        [edit("cli.py", '    print(text.encode(enc, "backslashreplace").decode(enc))', "    print(text)")],
+        [edit("cli.py", 'or "utf-8", "backslashreplace")', 'or "utf-8")')],
         [f"{CLI}::test_inspect_prints_its_verdict_under_an_ascii_terminal"],
     ),
     Mutant(
