@@ -4,17 +4,18 @@
 
 # %% ../nbs/15_rundir.ipynb #4962e54c
 from __future__ import annotations
-import fcntl, json, os, re, shlex, sys, time
+import collections, fcntl, json, os, re, shlex, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from .config import ConfigError
-from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write_bytes, load_json,
+from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write, atomic_write_bytes, load_json,
                            open_regular, path_text_problem)
 
 # %% auto #0
-__all__ = ['METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'iter_jsonl', 'read_jsonl', 'read_metrics',
-           'iter_metrics', 'read_lineage', 'MetricsLog', 'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
+__all__ = ['PANEL_ROWS', 'METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'iter_jsonl', 'read_jsonl',
+           'read_metrics', 'iter_metrics', 'read_lineage', 'MetricsLog', 'rows_before', 'keep_rows_before',
+           'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
 
 # %% ../nbs/15_rundir.ipynb #748ce5bb
 class RunDirError(ConfigError):
@@ -179,6 +180,21 @@ class MetricsLog:
     def close(self) -> None:
         if self.f is not None:
             self.f.close()
+
+# %% ../nbs/15_rundir.ipynb #22322d0d
+PANEL_ROWS = 10_000  # the most metrics rows a segment holds in memory (the live panel's window)
+
+def rows_before(path: Path, step: int, keep: int = PANEL_ROWS) -> collections.deque:
+    "The last `keep` rows of a metrics file before `step`, streamed into a bounded deque (it stays bounded)."
+    return collections.deque((r for r in iter_jsonl(path, "step") if r["step"] < step), maxlen=keep)
+
+def keep_rows_before(path: Path, step: int) -> None:
+    "Replace a metrics file by its rows before `step` (a torn tail dropped), streamed, atomically and durably."
+    def write(f):
+        for r in iter_jsonl(path, "step"):
+            if r["step"] < step:
+                f.write((json.dumps(r) + "\n").encode())
+    atomic_write(path, write)
 
 # %% ../nbs/15_rundir.ipynb #faf2cfbc
 METRIC_COLUMNS = ["step", "loss", "ce", "jepa", "grad_norm", "depth", "lr", "quant", "fingerprint", "segment"]

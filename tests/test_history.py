@@ -226,3 +226,27 @@ def test_compare_and_plot_stream_a_long_history_in_bounded_memory(tmp_path):
     ax = fig.axes[0]
     assert all(len(line.get_xdata()) <= 4096 for line in ax.lines)  # a bounded curve, whatever the run's length
     assert f"{n} steps" in ax.get_title()
+
+
+def test_a_resume_holds_a_bounded_tail_of_the_history_and_keeps_every_row(tmp_path, monkeypatch):
+    "Issue 23: a resume streams the history (the last PANEL_ROWS rows in memory), and the file keeps every row."
+    import dormouse.train as train_mod
+    from dormouse.rundir import read_metrics, rows_before
+    from dormouse.testing import assert_same_run
+
+    cfg = tiny_cfg(steps=20, ckpt_every=5, eval=False)
+    fit(cfg, tmp_path / "ref", progress=False)
+    fit(dataclasses.replace(cfg, steps=10), tmp_path / "r", progress=False)
+    held, at_resume = [], []
+
+    def small_tail(path, step):
+        held.append(rows_before(path, step, keep=3))
+        at_resume.append([r["step"] for r in held[-1]])
+        return held[-1]
+
+    monkeypatch.setattr(train_mod, "rows_before", small_tail)
+    fit(cfg, tmp_path / "r", resume=True, progress=False)
+    assert at_resume == [[7, 8, 9]] and held[0].maxlen == 3
+    assert [r["step"] for r in held[0]] == [17, 18, 19]  # the loop's rows stay within the bound too
+    assert [r["step"] for r in read_metrics(tmp_path / "r")] == list(range(20))
+    assert_same_run(tmp_path / "ref", tmp_path / "r")

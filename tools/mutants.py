@@ -762,6 +762,18 @@ MUTANTS = [
         [edit("commit.py", 'and resume." if prev else', 'and resume." or')],
         [f"{CLI}::test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume"],
     ),
+    Mutant(
+        "resume_holds_every_row",
+        "a resume holds every row of the run's history in memory (a million-step run: gigabytes before step one)",
+        [edit("rundir.py", 'if r["step"] < step), maxlen=keep)', 'if r["step"] < step), maxlen=None)')],
+        [f"{HISTORY}::test_a_resume_holds_a_bounded_tail_of_the_history_and_keeps_every_row"],
+    ),
+    Mutant(
+        "resume_keeps_rows_past_its_step",
+        "a resume's rewrite of metrics.jsonl keeps the rows a killed segment wrote past its checkpoint",
+        [edit("rundir.py", '            if r["step"] < step:\n                f.write(', '            if True:\n                f.write(')],
+        ["nbs/15_rundir.ipynb"],
+    ),
     # what a person sees of a run (issue 25)
     Mutant(
         "progress_redraws_into_a_log",
