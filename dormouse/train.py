@@ -26,8 +26,8 @@ from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
-from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
-                             refuse_fresh_over_history, write_atomic, write_jsonl)
+from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, metrics_frame, read_lineage,
+                             read_metrics, refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
 from .view import Progress
 
 # %% auto #0
@@ -183,7 +183,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         run_probes(parts, corpus, cfg, device=device)
     env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
     lineage = read_lineage(paths.root) if r else []
-    rows = [row for row in read_metrics(paths.root) if row["step"] < parts.step] if r else []
+    rows = rows_before(paths.metrics, parts.step if r else 0)  # streamed: the last PANEL_ROWS rows, bounded
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
     identity = make_identity(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
     seg = Segment(paths, parts, env, len(lineage), parts.step, rows, dist_info.lead, identity,
@@ -193,7 +193,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     elif seg.lead:
         paths.ckpt_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(paths.config, snapshot_toml(cfg))
-        write_jsonl(paths.metrics, seg.rows)
+        keep_rows_before(paths.metrics, seg.start)  # streamed, atomically
         write_jsonl(paths.lineage, lineage + [lineage_row(seg, started)])
     barrier(dist_info)
     return seg
