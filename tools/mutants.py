@@ -372,7 +372,7 @@ MUTANTS = [
     Mutant(
         "metrics_rows_duplicated_on_resume",
         "the curve has two rows for the steps past the resumed checkpoint",
-        [edit("train.py", 'if row["step"] < parts.step]', "]")],
+        [edit("rundir.py", 'if r["step"] < step:\n                f.write(', 'if True:\n                f.write(')],
         [CRASH],
     ),
     Mutant(
@@ -767,12 +767,6 @@ MUTANTS = [
         "a resume holds every row of the run's history in memory (a million-step run: gigabytes before step one)",
         [edit("rundir.py", 'if r["step"] < step), maxlen=keep)', 'if r["step"] < step), maxlen=None)')],
         [f"{HISTORY}::test_a_resume_holds_a_bounded_tail_of_the_history_and_keeps_every_row"],
-    ),
-    Mutant(
-        "resume_keeps_rows_past_its_step",
-        "a resume's rewrite of metrics.jsonl keeps the rows a killed segment wrote past its checkpoint",
-        [edit("rundir.py", '            if r["step"] < step:\n                f.write(', '            if True:\n                f.write(')],
-        ["nbs/15_rundir.ipynb"],
     ),
     # what a person sees of a run (issue 25)
     Mutant(
