@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from dormouse.config import TrainCfg
-from dormouse.data import compressor_baselines, load_corpus, score_sample
+from dormouse.baselines import compressor_baselines
+from dormouse.data import load_corpus, score_sample
 from dormouse.infer import load_model_weights
 from dormouse.numerics import run_scope, thread_invariant_mode
 from dormouse.parts import build_parts

@@ -8,7 +8,8 @@ import argparse, ast, dataclasses, errno, inspect, io, json, os, re, sys, textwr
 from pathlib import Path
 import torch
 from .config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, DriftError, TrainCfg, cfg_from_dict, cfg_to_dict,
-                             config_error, field_types, flatten, load_cfg, read_snapshot, validate)
+                             config_error, field_types, flatten, load_cfg, read_snapshot)
+from .validate import validate
 from .fsio import MAX_INT_DIGITS, path_text_problem
 from .container import CheckpointError
 from .report import describe
@@ -24,7 +25,8 @@ from .rundir import RunPaths, read_jsonl
 from .train import fit
 from .verify import add_verify_parser, cmd_verify
 from .view import compare_runs, plot_run
-from .data import COMPRESSORS, compressor_baselines, load_corpus, score_bytes
+from .baselines import COMPRESSORS, compressor_baselines
+from .data import load_corpus, score_bytes
 from .score import score
 
 # %% auto #0
@@ -270,10 +272,11 @@ def cmd_generate(args) -> int:
     model = load_model_weights(args.ckpt)
     prompt = os.fsencode(args.prompt)  # the argument's own bytes, even when they are not UTF-8
     out = sys.stdout.buffer
+    chunks = generate(model, prompt, max_bytes=args.max_bytes, temperature=args.temperature, top_k=args.top_k,
+                      seed=args.seed, stream=True)  # every argument is checked here, before anything is printed
     out.write(prompt)  # the completion continues the prompt
     out.flush()
-    for chunk in generate(model, prompt, max_bytes=args.max_bytes, temperature=args.temperature, top_k=args.top_k,
-                          seed=args.seed, stream=True):
+    for chunk in chunks:
         out.write(chunk)
         out.flush()
     out.write(b"\n")
@@ -288,7 +291,7 @@ def cmd_serve(args) -> int:
 def cmd_inspect(args) -> int:
     "dormouse inspect: describe a container; exit 1 when it is refused."
     text = describe(args.path)
-    print(text)
+    print(text.encode(sys.stdout.encoding or "utf-8", "backslashreplace").decode(sys.stdout.encoding or "utf-8"))
     return 1 if "verdict: REFUSED" in text else 0  # a damaged container is an error for scripts too
 
 # %% ../nbs/26_cli.ipynb #d8f59644
@@ -324,7 +327,7 @@ def cmd_plot(args) -> int:
         raise UsageError(f"{paths.root} is not a run directory")
     if not read_jsonl(paths.metrics):
         raise UsageError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
-    plot_run(paths.root).savefig(args.out, dpi=120)
+    plot_run(paths.root).savefig(args.out, dpi=120, format=ext or "png")  # to the name given, as given
     print(f"wrote {args.out}")
     return 0
 

@@ -61,9 +61,11 @@ class CommitError(RuntimeError):
     "A checkpoint whose commit failed; names its container. The previous checkpoint is intact (writes are atomic)."
     def __init__(self, path, cause: BaseException):
         self.path = Path(path)
-        super().__init__(f"checkpoint {self.path} was not committed: {type(cause).__name__}: {cause}. The previous "
-                         f"complete checkpoint in {self.path.parent} is intact; fix the cause (e.g. free disk space) "
-                         "and resume.")
+        prev = [p for p in self.path.parent.glob("step_*.dmck") if p != self.path]  # none: this was the first
+        way = (f"The previous complete checkpoint in {self.path.parent} is intact; fix the cause "
+               "(e.g. free disk space) and resume." if prev else "It was the run's first, so there is none to resume "
+               "from: fix the cause (e.g. free disk space) and start again in a new run_dir.")
+        super().__init__(f"checkpoint {self.path} was not committed: {type(cause).__name__}: {cause}. {way}")
 
 # %% ../nbs/14_commit.ipynb #cm0ty001
 FULL_EVERY = 8  # a tables file at least every 8th checkpoint: a resume replays at most 7 deltas

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_config.ipynb #df4701b6
 from __future__ import annotations
-import dataclasses, difflib, json, math, os, re, typing
+import dataclasses, difflib, json, math, os, typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,11 +13,10 @@ from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, load_toml, re
 
 # %% auto #0
 __all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK',
-           'OLDER_MARKS', 'FORMAT_2_KEYS', 'MAX_CONFIG_BYTES', 'INT_MAX', 'MAX_NGRAM_ORDERS', 'RULES', 'ModelCfg',
-           'TrainCfg', 'ConfigError', 'DriftError', 'field_types', 'type_word', 'has_type', 'type_problems',
-           'config_error', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'parse_toml', 'read_snapshot',
-           'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems',
-           'joint_problems', 'plan_memory', 'machine_memory', 'memory_problems', 'validate']
+           'OLDER_MARKS', 'FORMAT_2_KEYS', 'MAX_CONFIG_BYTES', 'ModelCfg', 'TrainCfg', 'ConfigError', 'DriftError',
+           'field_types', 'type_word', 'has_type', 'show_value', 'type_problems', 'config_error', 'cfg_to_dict',
+           'flatten', 'field_names', 'snapshot_toml', 'parse_toml', 'read_snapshot', 'cfg_from_dict', 'load_cfg',
+           'diff_keys', 'check_drift']
 
 # %% ../nbs/00_config.ipynb #5bbc8cc6
 QUANT_FORMATS = ("fp32", "bf16", "fp8", "int8")  # the factor formats `quant` accepts
@@ -45,7 +44,7 @@ class TrainCfg:
     model: ModelCfg = field(default_factory=ModelCfg)  # the network's shape
     data: str = ""  # path to a byte corpus file; "" means the embedded default corpus
     data_sha256: str = ""  # sha256 of the corpus bytes, filled in by `fit`; other bytes are drift
-    data_order: str = "shuffled"  # "shuffled" (keyed permutation per epoch) | "stream" (ADR's contiguous layout)
+    data_order: str = "shuffled"  # "shuffled" (keyed permutation per epoch) | "stream" (contiguous chunks)
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
@@ -63,7 +62,7 @@ class TrainCfg:
     threads: int = 1  # torch intra-op threads; bit-identity holds only at the same count (raise for bigger models)
     log_every: int = 10  # steps between log lines and state fingerprints (progress)
     ckpt_every: int = 200  # steps between checkpoints (progress)
-    keep_ckpts: int = 3  # how many checkpoints rotation keeps
+    keep_ckpts: int = 3  # how many checkpoints rotation keeps (progress)
     eval: bool = True  # run held-out eval at `eval_every` (progress)
     eval_every: int = 350  # steps between evals (progress)
     eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
@@ -88,13 +87,15 @@ class TrainCfg:
     ngram_momentum: float = 0.9  # Nesterov momentum of the n-gram row updates
 
 # %% ../nbs/00_config.ipynb #1da5b830
-PROGRESS_KEYS = frozenset({"steps", "log_every", "ckpt_every", "eval", "eval_every"})  # may change on a resume
+# may change on a resume: they decide when the run is looked at and saved, never what it computes
+PROGRESS_KEYS = frozenset({"steps", "log_every", "ckpt_every", "keep_ckpts", "eval", "eval_every"})
 
 # The numeric environment, not the plan: a change alters bits, never the experiment. The drift check skips these; the
 # numeric-environment check compares them with the checkpoint's record, and allow_env_drift records an override.
 ENV_KEYS = frozenset({"threads"})
 
-# Keys a pre-ADR-0021 snapshot may lack; they parse with the field default (ADR-0021, Compatibility).
+# Keys an unmarked (hand-written or early) snapshot may lack; they parse with the field default, which is what such
+# a run trained with.
 LEGACY_DEFAULT_KEYS = frozenset({"rand_depth", "eval_batches", "eval_depths", "seed"})
 
 MISSING = "<missing>"  # stands for a key one side of a diff does not have
@@ -112,7 +113,9 @@ class DriftError(RuntimeError):
             + "\n".join(lines)
             + f"\nOnly the progress keys {sorted(PROGRESS_KEYS)} may change on a resume "
             f"(the environment keys {sorted(ENV_KEYS)} are checked with the numeric environment). "
-            "Start a new run directory to train a different plan.")
+            "Start a new run directory to train a different plan."
+            + ("\nThe corpus path is part of the plan (it decides the split as well as the bytes): put the corpus "
+               "back at its old path, or link it there, to resume." if "data" in diffs else ""))
 
 # %% ../nbs/00_config.ipynb #57b7b057
 def field_types(cls=TrainCfg, prefix: str = "") -> dict[str, Any]:
@@ -152,7 +155,7 @@ def has_type(v, t) -> bool:
     raise TypeError(f"no type rule for {t}: teach has_type the new annotation")
 
 # %% ../nbs/00_config.ipynb #f2a25ffc
-def _show(v) -> str:
+def show_value(v) -> str:
     "A value as it would read in TOML (true, \"x\", [1, 2]); a huge integer by its size, a non-UTF-8 path escaped."
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10 ** MAX_INT_DIGITS:
         return f"<an integer of about {int(abs(v).bit_length() * math.log10(2)) + 1} digits>"
@@ -160,7 +163,7 @@ def _show(v) -> str:
         s = json.dumps(v, default=repr, ensure_ascii=False)
         s.encode("utf-8")
     except ValueError:  # a list holding a huge integer, or lone surrogates (a path's non-UTF-8 bytes)
-        s = ascii(v) if not isinstance(v, list) else "[" + ", ".join(_show(x) for x in v) + "]"
+        s = ascii(v) if not isinstance(v, list) else "[" + ", ".join(show_value(x) for x in v) + "]"
     return s if len(s) <= 60 else s[:57] + "..."
 
 def type_problems(obj,  # a nested dict (parsed TOML) or a config dataclass
@@ -182,7 +185,7 @@ def type_problems(obj,  # a nested dict (parsed TOML) or a config dataclass
         elif dataclasses.is_dataclass(t) and isinstance(v, dict if as_dict else t):
             out += type_problems(v, t, f"{name}.", unknown)
         elif dataclasses.is_dataclass(t) or not has_type(v, t):
-            out.append(f"{name} = {_show(v)}: expected {type_word(t)}")
+            out.append(f"{name} = {show_value(v)}: expected {type_word(t)}")
     return out
 
 # %% ../nbs/00_config.ipynb #65aabeae
@@ -259,7 +262,7 @@ def read_snapshot(path) -> dict:
     problems = type_problems(d, unknown=False)
     if problems:
         raise config_error(problems, damaged)
-    if not marked:  # written before the snapshot carried every field (ADR-0021)
+    if not marked:  # written before the snapshot carried every field
         defaults = cfg_to_dict(TrainCfg())
         for k in LEGACY_DEFAULT_KEYS:
             if k not in d:
@@ -326,191 +329,3 @@ def check_drift(snapshot: dict, cfg: TrainCfg, where: str = "config.toml") -> No
     diffs = diff_keys(snapshot, cfg)
     if diffs:
         raise DriftError(diffs, where)
-
-# %% ../nbs/00_config.ipynb #dd0d71d2
-INT_MAX = 2**63 - 1  # the largest count a run holds (a container's step is a u64, a torch index an int64)
-
-def _num(v) -> str:
-    "A bound as an error shows it: 2^63 - 1, not 9223372036854775807; floats short (0, 1, 1e-08)."
-    if isinstance(v, float):
-        return f"{v:g}"
-    for k in (0, 1):
-        if v >= 1 << 16 and (v + k) & (v + k - 1) == 0:
-            return f"2^{(v + k).bit_length() - 1}" + (" - 1" if k else "")
-    return str(v)
-
-@dataclass(frozen=True)
-class Range:
-    "The interval a number must lie in; `ends` says which ends belong to it: '[' or '(' for lo, ']' or ')' for hi."
-    lo: float  # smallest value (or bound)
-    hi: float = math.inf  # largest value (or bound)
-    ends: str = "[]"  # "[)" : lo <= v < hi
-
-    def why(self, v) -> str | None:
-        "What is wrong with `v` (\"must be >= 1\"), or None when it lies in the range."
-        if isinstance(v, float) and not math.isfinite(v):
-            return "must be a finite number"
-        low = v >= self.lo if self.ends[0] == "[" else v > self.lo
-        if low and (v <= self.hi if self.ends[1] == "]" else v < self.hi):
-            return None
-        if not low and self.hi in (math.inf, INT_MAX):
-            return f"must be {'>=' if self.ends[0] == '[' else '>'} {_num(self.lo)}"
-        return f"must be in {self.ends[0]}{_num(self.lo)}, {_num(self.hi)}{self.ends[1]}"
-
-@dataclass(frozen=True)
-class OneOf:
-    "A value from a fixed set."
-    options: tuple  # the values allowed
-
-    def why(self, v) -> str | None:
-        return None if v in self.options else f"use one of {', '.join(map(str, self.options))}"
-
-@dataclass(frozen=True)
-class Text:
-    "A string matching `pattern` in full."
-    pattern: str  # a regular expression
-    meaning: str  # what a good value is, in words
-
-    def why(self, v) -> str | None:
-        return None if re.fullmatch(self.pattern, v) else f"must be {self.meaning}"
-
-@dataclass(frozen=True)
-class Each:
-    "A list of at most `most` entries, each in `item`."
-    item: Range  # the rule of every entry
-    most: int = INT_MAX  # the most entries allowed
-    why_most: str = ""  # why there is a most, for the error
-
-    def why(self, v) -> str | None:
-        if len(v) > self.most:
-            return f"at most {self.most} entries{self.why_most}, got {len(v)}"
-        bad = next((x for x in v if self.item.why(x)), None)
-        return None if bad is None else f"every entry {self.item.why(bad)} ({_show(bad)} is not)"
-
-# %% ../nbs/00_config.ipynb #5a0517be
-MAX_NGRAM_ORDERS = 64  # the most n-gram orders a tables file's header holds (its reader refuses more)
-_COUNT = Range(1, INT_MAX)  # at least one
-_STEPS = Range(0, INT_MAX)  # a number of steps, zero allowed
-_NONNEG = Range(0.0, math.inf, "[)")  # a non-negative finite number
-_POS = Range(0.0, math.inf, "()")  # a positive finite number
-_OPEN01 = Range(0.0, 1.0, "()")  # a fraction strictly between 0 and 1
-_DECAY = Range(0.0, 1.0, "[)")  # a decay or momentum: 1 would never forget
-_BOOL = OneOf((False, True))
-_PATH = Text(r"[^\x00\ud800-\udfff]*", "a path of UTF-8 text without NUL bytes (rename the file, or link it "
-             "under such a name)")
-_SHA = Text(r"|[0-9a-f]{64}", "empty or a sha256 in lowercase hex (fit fills it in)")
-
-RULES = {  # every key of the plan: its rule (a key's help is its field comment)
-    "model.d_model": _COUNT, "model.n_heads": _COUNT, "model.depth": _COUNT, "model.depth_min": _COUNT,
-    "model.depth_max": _COUNT, "model.factor_rank": _COUNT, "model.mlp_mult": _COUNT,
-    "model.ngram_orders": Each(_COUNT, MAX_NGRAM_ORDERS, " (what a tables file's header holds)"),
-    "model.ngram_slots": _COUNT, "model.ngram_dim": _COUNT, "model.pred_mult": _COUNT,
-    "data": _PATH, "data_sha256": _SHA, "data_order": OneOf(DATA_ORDERS), "holdout_frac": _OPEN01,
-    "seq_len": _COUNT, "batch": _COUNT, "steps": _STEPS, "lr": _POS, "min_lr": _NONNEG, "warmup": _STEPS,
-    "decay_start": _STEPS, "decay_steps": _STEPS, "weight_decay": _NONNEG, "beta1": _DECAY, "beta2": _DECAY,
-    "grad_clip": _NONNEG, "seed": Range(0, 2**64 - 1), "threads": Range(1, 1 << 16), "log_every": _COUNT,
-    "ckpt_every": _COUNT, "keep_ckpts": _COUNT, "eval": _BOOL, "eval_every": _COUNT, "eval_batches": _COUNT,
-    "eval_depths": Each(_COUNT), "rand_depth": _BOOL, "quant": OneOf(QUANT_FORMATS), "quant_check": _BOOL,
-    "quant_tol": _NONNEG, "warmup_forwards": _BOOL, "bf16": _BOOL, "aux": _BOOL, "jepa_weight": _NONNEG,
-    "mask_frac": _OPEN01, "mask_span": _COUNT, "ema_momentum": Range(0.0, 1.0), "jepa_targets": _PATH,
-    "jepa_targets_sha256": _SHA, "stress": _BOOL, "stress_refuse": _BOOL, "stress_k": _POS, "ngram_lr": _NONNEG,
-    "ngram_momentum": _DECAY,
-}
-
-def rule_problems(flat: dict) -> list[str]:
-    "Every key of a flat, type-checked plan that breaks its own rule, as '<key> = <value>: <what is wrong>'."
-    return [f"{k} = {_show(flat[k])}: {why}" for k, rule in RULES.items() if (why := rule.why(flat[k]))]
-
-# %% ../nbs/00_config.ipynb #ee77a862
-def joint_problems(cfg: TrainCfg, bad: set) -> list[str]:
-    "The rules between keys, skipping any whose keys are in `bad` (already refused on their own)."
-    m, out = cfg.model, []
-    def good(*keys):
-        return not bad & set(keys)
-    if good("model.d_model", "model.n_heads") and (m.d_model % m.n_heads or m.d_model // m.n_heads % 2):
-        out.append(f"model.d_model = {m.d_model}: must split into model.n_heads = {m.n_heads} heads of even width "
-                   "(a multiple of 2 * n_heads: rotary positions turn pairs)")
-    if good("model.depth_min", "model.depth_max") and m.depth_min > m.depth_max:
-        out.append(f"model.depth_min = {m.depth_min}: must be <= model.depth_max = {m.depth_max}")
-    if good("lr", "min_lr") and cfg.min_lr > cfg.lr:
-        out.append(f"min_lr = {_num(cfg.min_lr)}: must be <= lr = {_num(cfg.lr)} (the decay goes down to min_lr)")
-    if good("model.ngram_orders", "seq_len") and any(o > cfg.seq_len for o in m.ngram_orders):
-        out.append(f"model.ngram_orders = {_show(m.ngram_orders)}: every order must be <= seq_len = {cfg.seq_len} "
-                   "(a longer one sees no more bytes than a sequence holds)")
-    return out
-
-# %% ../nbs/00_config.ipynb #19470843
-def _factor(m: ModelCfg, n_in: int, n_out: int, bias: bool = False) -> tuple[int, int]:
-    "(parameters, formed weight elements) of a factorised linear: U [out, r], V [r, in], W = U @ V [out, in]."
-    r = max(1, min(m.factor_rank, n_in, n_out))
-    return n_out * r + r * n_in + (n_out if bias else 0), n_out * n_in
-
-def _block(m: ModelCfg) -> tuple[int, int]:
-    "(parameters, formed weight elements) of one transformer block."
-    d, h = m.d_model, m.mlp_mult * m.d_model
-    parts = [_factor(m, d, 3 * d), _factor(m, d, d), _factor(m, d, h), _factor(m, h, d)]
-    return 2 * d + sum(p for p, _ in parts), sum(w for _, w in parts)
-
-def plan_memory(cfg: TrainCfg) -> dict[str, int]:
-    "A lower bound on the bytes training `cfg` holds, by part (fp32 everywhere: 4 bytes an element)."
-    m, d = cfg.model, cfg.model.d_model
-    depth = m.depth_max if cfg.rand_depth else m.depth
-    blk_p, blk_w = _block(m)
-    proj, head = _factor(m, m.ngram_dim, d), _factor(m, d, 256, bias=True)
-    params = 256 * d + proj[0] + 3 * blk_p + d + head[0]
-    formed = proj[1] + (2 + depth) * blk_w + head[1]
-    if cfg.aux:
-        up, down = _factor(m, d, m.pred_mult * d), _factor(m, m.pred_mult * d, d)
-        params, formed = params + d + up[0] + down[0], formed + up[1] + down[1]
-    rows = len(m.ngram_orders) * m.ngram_slots
-    teacher = cfg.aux and not cfg.jepa_targets
-    return {"parameters, gradients and AdamW moments": 16 * params, "EMA teacher": 4 * params if teacher else 0,
-            "n-gram tables (weight, momentum, row hashes)": rows * (8 * m.ngram_dim + 16),
-            "weights formed by one forward": 4 * formed,
-            "hidden states of one forward": 4 * cfg.batch * cfg.seq_len * (d * (3 + depth) + 2 * 256)}
-
-def machine_memory() -> int | None:
-    "Bytes of memory this process may use: physical memory, or its cgroup's limit where lower; None if unknown."
-    try:
-        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        have = None
-    try:
-        cap = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        cap = ""
-    if cap.isdigit():
-        have = min(have, int(cap)) if have else int(cap)
-    return have
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n < 10e9 else f"{n / 1e9:,.0f} GB"
-
-def memory_problems(cfg: TrainCfg,  # a plan whose keys passed their rules
-                    have: int | None,  # the bytes available (`machine_memory()`); None: not checked
-                   ) -> list[str]:
-    "The refusal of a plan whose memory bound exceeds `have`, with both figures and the biggest parts; else []."
-    need = plan_memory(cfg)
-    total = sum(need.values())
-    if have is None or total <= have:
-        return []
-    top = ", ".join(f"{k} {_gb(v)}" for k, v in sorted(need.items(), key=lambda kv: -kv[1])[:2] if v)
-    return [f"the plan needs at least ~{_gb(total)} of memory ({top}); this machine has {_gb(have)}: lower "
-            "model.d_model, model.ngram_slots, model.ngram_orders, batch or seq_len, or use a bigger machine"]
-
-# %% ../nbs/00_config.ipynb #6d509168
-def validate(cfg: TrainCfg) -> TrainCfg:
-    "Check `cfg` can run; raise one `ConfigError` listing every problem and how to fix it."
-    if not isinstance(cfg, TrainCfg):
-        raise ConfigError(f"expected a TrainCfg, not {type(cfg).__name__}")
-    problems = type_problems(cfg)
-    if problems:
-        raise config_error(problems)
-    flat = flatten(cfg_to_dict(cfg))
-    errs = rule_problems(flat)
-    errs += joint_problems(cfg, {e.split(" = ")[0] for e in errs})
-    if not errs:  # the memory bound needs every size sane
-        errs = memory_problems(cfg, machine_memory())
-    if errs:
-        raise config_error(errs)
-    return cfg_from_dict(cfg_to_dict(cfg))

@@ -4,13 +4,14 @@
 
 # %% ../nbs/17_dist.ipynb #fe1ec5aa
 from __future__ import annotations
-import contextlib, os
+import contextlib, os, threading, warnings
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['DistInfo', 'dist_from_env', 'process_group', 'all_mean', 'barrier', 'agree_max', 'check_fingerprints']
+__all__ = ['LAZY_ENV', 'DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'all_mean',
+           'barrier', 'agree_max', 'check_fingerprints']
 
 # %% ../nbs/17_dist.ipynb #92ec3dd0
 @dataclass
@@ -50,6 +51,33 @@ def process_group(dist_info: DistInfo,  # this process's place
     finally:
         if own:
             dist.destroy_process_group()
+
+# %% ../nbs/17_dist.ipynb #d98b8b82
+LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR",)  # environment variables torch's lazy imports set in the middle of a run
+_ONE_RUN = threading.Lock()  # held while a run trains in this process
+
+class ProcessBusyError(RuntimeError):
+    "A second run started while one trains in this process."
+
+@contextlib.contextmanager
+def one_run_per_process():
+    "Hold this process's one run (else `ProcessBusyError`); put back `LAZY_ENV` and the warnings filters after."
+    if not _ONE_RUN.acquire(blocking=False):
+        raise ProcessBusyError("another run is training in this process (another thread called fit): torch's threads "
+                               "and deterministic mode are process-wide, so two runs cannot share a process. Wait for "
+                               "it, or start the second in its own process (dormouse train).")
+    env = {k: os.environ.get(k) for k in LAZY_ENV}
+    filters = list(warnings.filters)
+    try:
+        yield
+    finally:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        warnings.filters[:] = filters
+        _ONE_RUN.release()
 
 # %% ../nbs/17_dist.ipynb #36aaa22b
 def all_mean(t: torch.Tensor,  # this rank's value

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses, hashlib, os, shutil
 from pathlib import Path
 import torch
-from .config import ConfigError, TrainCfg, validate
+from .config import ConfigError, TrainCfg
+from .validate import validate
 from .checkpoints import LoadedCheckpoint, find_latest, load_run_ckpt
 from .container import CheckpointError
 from .numerics import numeric_env, run_scope

@@ -4,17 +4,18 @@
 
 # %% ../nbs/15_rundir.ipynb #4962e54c
 from __future__ import annotations
-import fcntl, json, os, re, shlex, sys, time
+import collections, fcntl, json, os, re, shlex, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from .config import ConfigError
-from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write_bytes, load_json,
+from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write, atomic_write_bytes, load_json,
                            open_regular, path_text_problem)
 
 # %% auto #0
-__all__ = ['METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'read_jsonl', 'read_metrics',
-           'read_lineage', 'MetricsLog', 'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
+__all__ = ['PANEL_ROWS', 'METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'iter_jsonl', 'read_jsonl',
+           'read_metrics', 'iter_metrics', 'read_lineage', 'MetricsLog', 'rows_before', 'keep_rows_before',
+           'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
 
 # %% ../nbs/15_rundir.ipynb #748ce5bb
 class RunDirError(ConfigError):
@@ -107,19 +108,19 @@ def _damaged(path: Path, n: int, what: str) -> RunDirError:
     return RunDirError(f"{path} line {n} {what}: the run's history is damaged; repair or remove that line (keep a copy "
                        "of the file), then run again")
 
-def read_jsonl(path: Path,  # a JSON-lines file (missing: no rows)
+def iter_jsonl(path: Path,  # a JSON-lines file (missing: no rows)
                key: str | None = None,  # a key every row must carry as an integer ("step", "segment")
                torn_tail: bool = True,  # an unreadable last line is a kill mid-append: dropped (False: an error)
-              ) -> list[dict]:
-    "Rows of a JSON-lines file; a bad line other than a torn last one is a `RunDirError` naming file and line."
+              ):
+    "Rows of a JSON-lines file, one at a time; a bad line other than a torn last one is a `RunDirError`."
     try:
         f = open_regular(path)
     except FileNotFoundError:
-        return []
+        return
     except NotRegularFileError as e:
         raise RunDirError(f"{path} {e.strerror}: a run's history is a regular file; restore it, then run "
                           "again") from None
-    rows, n = [], 0
+    n = 0
     with f:
         raw = _next_line(f)
         while raw is not _EOF:
@@ -135,14 +136,26 @@ def read_jsonl(path: Path,  # a JSON-lines file (missing: no rows)
             if not isinstance(row, dict) or (key and (not isinstance(row.get(key), int) or isinstance(row[key], bool))):
                 want = f'an object with an integer "{key}"' if key else "an object"
                 raise _damaged(path, n, f"is not {want}: {raw[:60].decode('utf-8', 'replace')!r}")
-            rows.append(row)
+            yield row
             raw = nxt
-    return rows
+
+def read_jsonl(path: Path, key: str | None = None, torn_tail: bool = True) -> list[dict]:
+    "Every row of a JSON-lines file (`iter_jsonl`'s checks), as a list."
+    return list(iter_jsonl(path, key, torn_tail))
 
 # %% ../nbs/15_rundir.ipynb #d29e2051
 def read_metrics(run_dir) -> list[dict]:
     "The run's metrics rows, each with an integer `step` (a torn last row is dropped)."
     return read_jsonl(RunPaths(Path(run_dir)).metrics, "step")
+
+def iter_metrics(run_dir):
+    "The run's metrics rows one at a time, in step order (a step not after the one before is damage, named)."
+    path, last = RunPaths(Path(run_dir)).metrics, -1
+    for n, row in enumerate(iter_jsonl(path, "step"), 1):
+        if row["step"] <= last:
+            raise _damaged(path, n, f"has step {row['step']} after step {last} (steps only grow)")
+        last = row["step"]
+        yield row
 
 def read_lineage(run_dir) -> list[dict]:
     "The run's segments, each with an integer `segment` (the file is replaced whole: every line must be good)."
@@ -167,6 +180,21 @@ class MetricsLog:
     def close(self) -> None:
         if self.f is not None:
             self.f.close()
+
+# %% ../nbs/15_rundir.ipynb #22322d0d
+PANEL_ROWS = 10_000  # the most metrics rows a segment holds in memory (the live panel's window)
+
+def rows_before(path: Path, step: int, keep: int = PANEL_ROWS) -> collections.deque:
+    "The last `keep` rows of a metrics file before `step`, streamed into a bounded deque (it stays bounded)."
+    return collections.deque((r for r in iter_jsonl(path, "step") if r["step"] < step), maxlen=keep)
+
+def keep_rows_before(path: Path, step: int) -> None:
+    "Replace a metrics file by its rows before `step` (a torn tail dropped), streamed, atomically and durably."
+    def write(f):
+        for r in iter_jsonl(path, "step"):
+            if r["step"] < step:
+                f.write((json.dumps(r) + "\n").encode())
+    atomic_write(path, write)
 
 # %% ../nbs/15_rundir.ipynb #faf2cfbc
 METRIC_COLUMNS = ["step", "loss", "ce", "jepa", "grad_norm", "depth", "lr", "quant", "fingerprint", "segment"]

@@ -137,7 +137,9 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
 
 # %% ../nbs/18_step.ipynb #6917d925
 @torch.no_grad()
-def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[str, float]:
+def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str,
+             stop=None,  # a callable asked before every batch: True abandons the eval and returns {}
+            ) -> dict[str, float]:
     "Held-out CE (nats) and bits/byte at each of `eval_depths`; reads only the held-out split, changes no state."
     was = parts.model.training
     parts.model.eval()
@@ -145,6 +147,9 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str) -> dict[s
     for d in cfg.eval_depths:
         tot = 0.0
         for j in range(cfg.eval_batches):
+            if stop is not None and stop():  # a stop request waits for one batch, never for the whole eval
+                parts.model.train(was)
+                return {}
             x, y = corpus.eval_batch(j, cfg.batch, cfg.seq_len)
             x, y = x.to(device), y.to(device)
             _, ce, _ = compute_losses(parts.model, x, y, depth=d, ngram=parts.tables.lookup(x))

@@ -12,12 +12,14 @@ import pandas as pd
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_drift, flatten, read_snapshot,
-                             snapshot_toml, validate)
+                             snapshot_toml)
+from .validate import validate
 from .container import Checkpoint
 from .data import Corpus, load_corpus
 from .numerics import env_diff, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
-from .dist import DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, process_group
+from .dist import (DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, one_run_per_process,
+                           process_group)
 from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
@@ -25,8 +27,8 @@ from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_la
 from .replay import Overlap, Recorder, overlap_for, seal, verify_resume
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
-from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, metrics_frame, read_lineage, read_metrics,
-                             refuse_fresh_over_history, write_atomic, write_jsonl)
+from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, metrics_frame, read_lineage,
+                             read_metrics, refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
 from .view import Progress
 
 # %% auto #0
@@ -192,7 +194,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {dist_info.world}")
     if not resume:
         refuse_fresh_over_history(paths)  # history is evidence: a fresh start never replaces it
-    stamp = corpus_stamp(corpus.data.path)  # the file the run reads: checked before every checkpoint
+    stamp = corpus_stamp(corpus.data.path if corpus.manifest is None else "")  # a cache build: never rewritten
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
     parts = build_parts(cfg, device)
     started = datetime.datetime.now().isoformat(timespec="microseconds")
@@ -205,7 +207,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         run_probes(parts, corpus, cfg, device=device)
     env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
     lineage = read_lineage(paths.root) if r else []
-    rows = [row for row in read_metrics(paths.root) if row["step"] < parts.step] if r else []
+    rows = rows_before(paths.metrics, parts.step if r else 0)  # streamed: the last PANEL_ROWS rows, bounded
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
     identity = make_identity(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
     fp = state_fingerprint(parts)  # where this segment's evidence starts
@@ -217,7 +219,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     elif seg.lead:
         paths.ckpt_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(paths.config, snapshot_toml(cfg))
-        write_jsonl(paths.metrics, seg.rows)
+        keep_rows_before(paths.metrics, seg.start)  # streamed, atomically
         write_jsonl(paths.lineage, lineage + [lineage_row(seg, started)])
     barrier(dist_info)
     return seg
@@ -330,14 +332,17 @@ def fit(cfg: TrainCfg,  # the plan
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
     dist_info, paths = dist_from_env(), RunPaths(Path(run_dir))
     with process_group(dist_info, device or os.environ.get("DORMOUSE_DEVICE", "cpu")) as device, \
-            run_scope(cfg.threads, device), hold_run_dir(paths, resume, dist_info):
+            one_run_per_process(), run_scope(cfg.threads, device), hold_run_dir(paths, resume, dist_info), \
+            contextlib.ExitStack() as owned:
         # pin the inputs, open the segment (fresh with probes, resumed, or refused), build the loop's helpers
         cfg, corpus, targets = pin_inputs(cfg)
+        owned.callback(corpus.data.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info, targets=targets, verify_steps=verify_steps)
         wrap_ddp(seg.parts, device, dist_info)
         probes, t0, stopped = pre_batches(cfg), time.time(), False
         log, ui, commits = loop_helpers(seg, cfg, progress, ckpt_background)
+        owned.callback(log.close)
         with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
             for step in range(seg.start, cfg.steps):
                 commits.check()  # a failed background commit raises here, at the step boundary
@@ -349,7 +354,9 @@ def fit(cfg: TrainCfg,  # the plan
                 save_now = done % cfg.ckpt_every == 0 or done == cfg.steps or stopped
                 # look: held-out eval and the state fingerprint at their cadences, then the row
                 if cfg.eval and done % cfg.eval_every == 0:
-                    row.update(evaluate(seg.parts, corpus, cfg, device))
+                    row.update(evaluate(seg.parts, corpus, cfg, device, stop=lambda: stop.requested))
+                    stopped = agree_max(stop.requested, dist_info, device)  # a stop mid-eval: saved now
+                    save_now = save_now or stopped
                 due = done % cfg.log_every == 0 or save_now or seg.overlap.wants_fingerprint(step)
                 row["fingerprint"] = fingerprint(seg.parts, step, dist_info) if due else None
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment

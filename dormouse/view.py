@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 from .config import ConfigError, read_snapshot
-from .data import COMPRESSORS, CorpusError, compressor_baselines, load_corpus
-from .rundir import RunPaths, metrics_frame, read_lineage, read_metrics
+from .baselines import COMPRESSORS, compressor_baselines
+from .data import CorpusError, load_corpus
+from .rundir import RunDirError, RunPaths, iter_metrics, read_lineage
 
 # %% auto #0
-__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'run_baselines', 'plot_run', 'Comparison',
-           'compare_runs']
+__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'run_baselines', 'Trace', 'plot_run',
+           'Comparison', 'compare_runs']
 
 # %% ../nbs/21_view.ipynb #ebadca6f
 def in_notebook() -> bool:
@@ -202,6 +203,37 @@ def _draw_baselines(ax, base: dict) -> None:
     bits = ax.secondary_yaxis("right", functions=(lambda n: n / math.log(2), lambda b: b * math.log(2)))
     bits.set_ylabel("bits/byte")
 
+# %% ../nbs/21_view.ipynb #1aa623dc
+class Trace:
+    "A curve over a stream of (step, value) in at most `2 * most` buckets, whatever the stream's length."
+    def __init__(self, most: int = 2048):
+        self.most, self.width, self.done, self.cur = most, 1, [], None  # done: [last step, lo, hi, sum, count]
+
+    def add(self, step: int, value) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return
+        c = self.cur
+        self.cur = [step, min(c[1], value), max(c[2], value), c[3] + value, c[4] + 1] if c else [step, value, value,
+                                                                                               value, 1]
+        if self.cur[4] == self.width:
+            self.done.append(self.cur)
+            self.cur = None
+            if len(self.done) == 2 * self.most:  # full: merge neighbours, buckets twice as wide from now on
+                pairs = zip(self.done[::2], self.done[1::2])
+                self.done = [[b[0], min(a[1], b[1]), max(a[2], b[2]), a[3] + b[3], a[4] + b[4]] for a, b in pairs]
+                self.width *= 2
+
+    def buckets(self) -> list:
+        return self.done + ([self.cur] if self.cur else [])
+
+    def draw(self, ax, fmt: str, label: str, **kw) -> None:
+        "The mean per bucket; where buckets merged steps, a band from their lowest to their highest value."
+        bs = self.buckets()
+        line, = ax.plot([b[0] for b in bs], [b[3] / b[4] for b in bs], fmt, label=label, **kw)
+        if self.width > 1:
+            ax.fill_between([b[0] for b in bs], [b[1] for b in bs], [b[2] for b in bs], color=line.get_color(),
+                            alpha=0.25, lw=0, label=f"{label}: range of each {self.width} steps")
+
 # %% ../nbs/21_view.ipynb #35cab063
 def plot_run(run_dir, ax=None,
              baselines: bool = True,  # draw the compressors' bits/byte on the held-out split as reference lines
@@ -209,21 +241,24 @@ def plot_run(run_dir, ax=None,
     "Loss and held-out eval per step across all segments, resumes and compressor baselines marked; returns the figure."
     import matplotlib.pyplot as plt
     paths = RunPaths(Path(run_dir))
-    df = metrics_frame(paths.root)
-    if df.empty:
+    loss, evals, n = Trace(), {}, 0
+    for n, row in enumerate(iter_metrics(paths.root), 1):  # streamed: memory is the traces', whatever the run's length
+        loss.add(row["step"], row.get("loss"))
+        for c in [c for c in row if c.startswith("eval_d")]:
+            evals.setdefault(c, Trace()).add(row["step"], row[c])
+    if n == 0:
         raise ValueError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(9, 3.4))
-    ax.plot(df.step, df.loss, lw=0.8, label="train loss")
-    for c in [c for c in df.columns if c.startswith("eval_d")]:
-        e = df[df[c].notna()]
-        ax.plot(e.step, e[c], "o-", ms=3, lw=1, label=f"held-out CE, depth {c[6:]}")
+    loss.draw(ax, "-", lw=0.8, label="train loss")
+    for c, t in sorted(evals.items()):
+        t.draw(ax, "o-", ms=3, lw=1, label=f"held-out CE, depth {c[6:]}")
     _mark_resumes(ax, paths.root)
     base = run_baselines(paths.root) if baselines else None
     if base is not None:  # the axis is nats; a bits/byte axis on the right reads the lines directly
         _draw_baselines(ax, base)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/byte)")
-    ax.set_title(f"{paths.root.name}: {len(df)} steps")
+    ax.set_title(f"{paths.root.name}: {n} steps")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -240,22 +275,35 @@ class Comparison:
         return self.reason
 
 # %% ../nbs/21_view.ipynb #ab5e7d24
+def _difference(s: int, ra: dict, rb: dict) -> str | None:
+    "What differs between two runs' rows of step `s`, in words; None when loss and fingerprint agree."
+    if ra.get("loss") != rb.get("loss"):
+        return f"first difference at step {s}: loss {ra.get('loss')!r} vs {rb.get('loss')!r}"
+    fa, fb = ra.get("fingerprint"), rb.get("fingerprint")
+    if fa and fb and fa != fb:
+        return f"first difference at step {s}: state fingerprint {fa} vs {fb} (losses equal)"
+    return None
+
 def compare_runs(run_a, run_b) -> Comparison:
-    "First step where two runs' losses or fingerprints differ, or 'identical through step N'."
-    a = {r["step"]: r for r in read_metrics(run_a)}
-    b = {r["step"]: r for r in read_metrics(run_b)}
-    common = sorted(set(a) & set(b))
+    "First step where two runs' losses or fingerprints differ, or 'identical through step N'; both are streamed."
+    for run in (run_a, run_b):
+        if not Path(run).is_dir():
+            raise RunDirError(f"{run} is not a run directory: compare two directories that `dormouse train` wrote")
+    a, b = iter_metrics(run_a), iter_metrics(run_b)
+    ra, rb, na, nb = next(a, None), next(b, None), 0, 0
+    first, why, last, common = None, None, -1, 0
+    while ra is not None and rb is not None:
+        if ra["step"] == rb["step"]:
+            common, last = common + 1, ra["step"]
+            if first is None and (why := _difference(last, ra, rb)):
+                first = last
+        if ra["step"] <= rb["step"]:
+            ra, na = next(a, None), na + 1
+        else:
+            rb, nb = next(b, None), nb + 1
+    na, nb = na + (ra is not None) + sum(1 for _ in a), nb + (rb is not None) + sum(1 for _ in b)
     if not common:
-        return Comparison(None, -1, f"no common steps: {run_a} has {len(a)} rows, {run_b} has {len(b)}")
-    for s in common:
-        ra, rb = a[s], b[s]
-        if ra.get("loss") != rb.get("loss"):
-            why = f"first difference at step {s}: loss {ra.get('loss')!r} vs {rb.get('loss')!r}"
-            return Comparison(s, common[-1], why)
-        fa, fb = ra.get("fingerprint"), rb.get("fingerprint")
-        if fa and fb and fa != fb:
-            why = f"first difference at step {s}: state fingerprint {fa} vs {fb} (losses equal)"
-            return Comparison(s, common[-1], why)
-    last = common[-1]
-    why = f"identical through step {last} ({len(common)} common steps, losses and fingerprints)"
-    return Comparison(None, last, why)
+        return Comparison(None, -1, f"no common steps: {run_a} has {na} rows, {run_b} has {nb}")
+    if first is not None:
+        return Comparison(first, last, why)
+    return Comparison(None, last, f"identical through step {last} ({common} common steps, losses and fingerprints)")

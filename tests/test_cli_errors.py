@@ -483,3 +483,51 @@ def test_a_run_dir_name_that_is_not_utf8_is_refused_by_fit_and_nothing_is_create
     with pytest.raises(RunDirError, match="its name has byte 0xe9 at position"):
         fit(tiny_cfg(**TINY), bad, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_rejects_an_argument_before_printing_the_prompt(runs, capsysbinary):
+    "Issue 23: a bad --temperature is the one error; the prompt is not printed first as if generation had begun."
+    ckpt = sorted((runs / "base" / "ckpt").glob("*.dmck"))[-1]
+    assert main(["generate", "--ckpt", str(ckpt), "--prompt", "hello", "--temperature", "-1"]) == 2
+    cap = capsysbinary.readouterr()
+    assert cap.out == b"" and b"temperature" in cap.err
+
+
+def test_plot_writes_the_file_it_names(runs, tmp_path, capsys):
+    "Issue 23: `plot -o X` writes X (it wrote X.png and said 'wrote X')."
+    assert main(["plot", str(runs / "base"), "-o", str(tmp_path / "X")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["X"]
+    assert (tmp_path / "X").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {tmp_path / 'X'}" in capsys.readouterr().out
+
+
+def test_inspect_prints_its_verdict_under_an_ascii_terminal(runs):
+    "Issue 23: under PYTHONIOENCODING=ascii `inspect` printed a codec error instead of its verdict."
+    ckpt = sorted((runs / "base" / "ckpt").glob("*.dmck"))[-1]
+    bad = runs / "damaged-caf\u00e9.dmck"
+    data = bytearray(ckpt.read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for path, code, words in [(ckpt, 0, "verdict: loads"), (bad, 1, "verdict: REFUSED")]:
+        r = subprocess.run([sys.executable, "-m", "dormouse.cli", "inspect", str(path)], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert r.returncode == code and words in r.stdout and "codec" not in r.stderr, (r.stdout[-500:], r.stderr)
+
+
+def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_path, capsys, monkeypatch):
+    "Issue 23: ENOSPC on a run's first checkpoint said the previous one was intact and to resume; there is none."
+    import dormouse.checkpoints as ckpts
+    real = ckpts.save_v3
+
+    def full_disk(path, *a, **kw):
+        if Path(path).name == "step_000005.dmck":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(ckpts, "save_v3", full_disk)
+    monkeypatch.delenv("DORMOUSE_DEBUG", raising=False)
+    rc = main(["train", "--config", str(runs / "tiny.toml"), "--run-dir", str(tmp_path / "new"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert "step_000005.dmck" in err and "there is none to resume from" in err and "intact" not in err, err

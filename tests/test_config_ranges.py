@@ -11,17 +11,8 @@ import pytest
 import torch
 
 from dormouse.cli import main, train_cfg_from_args
-from dormouse.config import (
-    MAX_NGRAM_ORDERS,
-    RULES,
-    ConfigError,
-    ModelCfg,
-    TrainCfg,
-    field_names,
-    memory_problems,
-    plan_memory,
-    validate,
-)
+from dormouse.config import ConfigError, ModelCfg, TrainCfg, field_names
+from dormouse.validate import MAX_NGRAM_ORDERS, RULES, memory_problems, plan_memory, validate
 from dormouse.model import DormouseModel
 from dormouse.quant import FactorLinear
 from dormouse.train import fit

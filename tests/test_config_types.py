@@ -12,7 +12,8 @@ import tomli_w
 from dormouse.cli import UsageError, build_parser, key_docs, normalize_flags, train_cfg_from_args
 from dormouse.config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict,
                              check_drift, diff_keys, field_names, field_types, flatten, load_cfg, read_snapshot,
-                             snapshot_toml, validate)
+                             snapshot_toml)
+from dormouse.validate import validate
 from dormouse.testing import flipped, save_snapshot
 from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-import dormouse.data as data_mod
+import dormouse.baselines as baselines_mod
 from dormouse.cli import main
-from dormouse.data import COMPRESSORS, compressor_baselines, load_corpus
+from dormouse.baselines import COMPRESSORS, compressor_baselines
+from dormouse.data import load_corpus
 from dormouse.infer import load_model_weights
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.score import score
@@ -86,7 +87,7 @@ def test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished(run, capsys,
     def interrupted(*a, **kw):
         raise KeyboardInterrupt  # what Ctrl-C raises between two chunks fed to a compressor
 
-    monkeypatch.setattr(data_mod, "compressed_size", interrupted)
+    monkeypatch.setattr(baselines_mod, "compressed_size", interrupted)
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
     cap = capsys.readouterr()
     assert "final score interrupted; the run is complete (checkpoint step_000006.dmck)" in cap.err

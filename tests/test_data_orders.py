@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from dormouse.config import ConfigError, validate
+from dormouse.config import ConfigError
+from dormouse.validate import validate
 from dormouse.data import Corpus, load_corpus
 from dormouse.step import global_batch, pre_batches
 from dormouse.train import fit

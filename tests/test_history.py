@@ -190,3 +190,63 @@ def test_a_second_fresh_fit_in_one_directory_is_refused_and_every_row_is_still_t
     msg = str(e.value)
     assert "metrics.jsonl (20 rows)" in msg and "config.toml (the plan)" in msg and "Resume that run" in msg, msg
     assert files(run) == before  # all 20 rows, the lineage and the old plan
+
+
+def _long_history(root, n):
+    "A run directory whose metrics hold `n` rows shaped like the loop's."
+    root.mkdir()
+    row = ('{"step": %d, "loss": %r, "ce": 1.0, "jepa": null, "grad_norm": 0.5, "depth": 2, "lr": 0.001, '
+           '"quant": "fp32", "fingerprint": %s, "segment": 0, "t": 1.0, "eval_d1": %s}\n')
+    with open(RunPaths(root).metrics, "w") as f:
+        f.writelines(row % (s, 5.0 / (1 + s), '"ab"' if s % 10 == 0 else "null", "2.5" if s % 7 == 0 else "null")
+                     for s in range(n))
+    return root
+
+
+def test_compare_and_plot_stream_a_long_history_in_bounded_memory(tmp_path):
+    "Issue 23: a long run's history is streamed, never held whole (the old reader held every row as a dict)."
+    import tracemalloc
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dormouse.view import compare_runs, plot_run
+
+    n = 20_000
+    a, b = _long_history(tmp_path / "a", n), _long_history(tmp_path / "b", n)
+    tracemalloc.start()
+    try:
+        res = compare_runs(a, b)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(res) == f"identical through step {n - 1} ({n} common steps, losses and fingerprints)"
+    assert peak < 1 << 20, f"compare held {peak:,} bytes for {n} rows"  # every row as a dict: tens of MB
+    fig = plot_run(a, baselines=False)
+    ax = fig.axes[0]
+    assert all(len(line.get_xdata()) <= 4096 for line in ax.lines)  # a bounded curve, whatever the run's length
+    assert f"{n} steps" in ax.get_title()
+
+
+def test_a_resume_holds_a_bounded_tail_of_the_history_and_keeps_every_row(tmp_path, monkeypatch):
+    "Issue 23: a resume streams the history (the last PANEL_ROWS rows in memory), and the file keeps every row."
+    import dormouse.train as train_mod
+    from dormouse.rundir import read_metrics, rows_before
+    from dormouse.testing import assert_same_run
+
+    cfg = tiny_cfg(steps=20, ckpt_every=5, eval=False)
+    fit(cfg, tmp_path / "ref", progress=False)
+    fit(dataclasses.replace(cfg, steps=10), tmp_path / "r", progress=False)
+    held, at_resume = [], []
+
+    def small_tail(path, step):
+        held.append(rows_before(path, step, keep=3))
+        at_resume.append([r["step"] for r in held[-1]])
+        return held[-1]
+
+    monkeypatch.setattr(train_mod, "rows_before", small_tail)
+    fit(cfg, tmp_path / "r", resume=True, progress=False)
+    assert at_resume == [[7, 8, 9]] and held[0].maxlen == 3
+    assert [r["step"] for r in held[0]] == [17, 18, 19]  # the loop's rows stay within the bound too
+    assert [r["step"] for r in read_metrics(tmp_path / "r")] == list(range(20))
+    assert_same_run(tmp_path / "ref", tmp_path / "r")

@@ -10,7 +10,7 @@ from dormouse.testing import tiny_cfg
 from dormouse.testing import assert_same_run, losses
 
 BASE = dict(steps=20, log_every=5, ckpt_every=10, eval=True, eval_every=10)
-FLIPS = {"steps": 28, "log_every": 3, "ckpt_every": 7, "eval": False, "eval_every": 4}
+FLIPS = {"steps": 28, "log_every": 3, "ckpt_every": 7, "keep_ckpts": 1, "eval": False, "eval_every": 4}
 
 
 def test_every_progress_key_has_a_flip():

@@ -24,7 +24,8 @@ from dormouse.step import global_batch, lr_at, train_step
 from dormouse.testing import tiny_cfg
 from dormouse.train import fit
 
-NAMED_PROGRESS_KEYS = {"steps", "log_every", "ckpt_every", "eval", "eval_every"}  # by name (rule: progress keys exempt)
+# by name (rule: progress keys exempt): when the run is looked at and saved; keep_ckpts is proven in test_resume_keys.py
+PROGRESS_KEYS_BY_NAME = {"steps", "log_every", "ckpt_every", "keep_ckpts", "eval", "eval_every"}
 
 
 def _trained(cfg, steps=2):
@@ -150,8 +151,8 @@ def test_the_snapshot_carries_every_field_and_each_reaches_the_drift_check(tmp_p
             check_drift(snap, with_key(cfg, key, new))
 
 
-def test_exactly_the_adr_progress_keys_may_change_on_a_resume(tmp_path):
-    assert set(PROGRESS_KEYS) == NAMED_PROGRESS_KEYS
+def test_exactly_the_progress_keys_may_change_on_a_resume(tmp_path):
+    assert set(PROGRESS_KEYS) == PROGRESS_KEYS_BY_NAME
     cfg = tiny_cfg()
     snap = cfg_to_dict(cfg)
     for key in field_names():
@@ -159,7 +160,7 @@ def test_exactly_the_adr_progress_keys_may_change_on_a_resume(tmp_path):
         if isinstance(value, (list, str)):
             continue
         changed = with_key(cfg, key, flipped(value))
-        if key in NAMED_PROGRESS_KEYS or key in ENV_KEYS:
+        if key in PROGRESS_KEYS_BY_NAME or key in ENV_KEYS:
             check_drift(snap, changed)  # harmless: no error
         else:
             with pytest.raises(DriftError, match=key):

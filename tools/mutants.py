@@ -67,10 +67,15 @@ RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
 SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
-DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample and the baselines cache
+DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample
+BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 PANEL = "tests/test_live_panel.py"
+PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
+HISTORY = "tests/test_history.py"
+RESUME_KEYS = "tests/test_resume_keys.py"
+CLI = "tests/test_cli_errors.py"
 MUTANTS = [
     # ADR-0021's inventory
     Mutant(
@@ -195,13 +200,13 @@ MUTANTS = [
         "strict_key_made_progress",
         "rule 1: a key that reaches the forward (jepa_weight) may change on a resume",
         [edit("config.py", '"eval", "eval_every"})', '"eval", "eval_every", "jepa_weight"})')],
-        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+        [f"{UNITS}::test_exactly_the_progress_keys_may_change_on_a_resume"],
     ),
     Mutant(
         "progress_key_made_strict",
         "rule 1: extending a run with another eval_every is refused as drift",
         [edit("config.py", '"eval", "eval_every"})', '"eval"})')],
-        [f"{UNITS}::test_exactly_the_adr_progress_keys_may_change_on_a_resume"],
+        [f"{UNITS}::test_exactly_the_progress_keys_may_change_on_a_resume"],
     ),
     Mutant(
         "lr_reads_steps",
@@ -367,7 +372,7 @@ MUTANTS = [
     Mutant(
         "metrics_rows_duplicated_on_resume",
         "the curve has two rows for the steps past the resumed checkpoint",
-        [edit("train.py", 'if row["step"] < parts.step]', "]")],
+        [edit("rundir.py", 'if r["step"] < step:\n                f.write(', 'if True:\n                f.write(')],
         [CRASH],
     ),
     Mutant(
@@ -456,31 +461,31 @@ MUTANTS = [
     Mutant(
         "key_rules_not_applied",
         "a value outside its key's range (lr -1, beta1 1.5, mlp_mult 0) reaches torch or trains silently wrong",
-        [edit("config.py", "    errs = rule_problems(flat)\n", "    errs = []\n")],
+        [edit("validate.py", "    errs = rule_problems(flat)\n", "    errs = []\n")],
         [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
     ),
     Mutant(
         "momentum_may_be_one",
         "a decay or momentum of 1 (beta2, ngram_momentum) passes: AdamW raises, the n-gram rows never forget",
-        [edit("config.py", '_DECAY = Range(0.0, 1.0, "[)")', '_DECAY = Range(0.0, 1.0, "[]")')],
+        [edit("validate.py", '_DECAY = Range(0.0, 1.0, "[)")', '_DECAY = Range(0.0, 1.0, "[]")')],
         [f"{RANGES}::test_every_problem_is_listed_in_one_error"],
     ),
     Mutant(
         "joint_rules_not_applied",
         "min_lr above lr, heads of odd width, orders longer than a sequence pass validation",
-        [edit("config.py", "    errs += joint_problems(cfg, ", "    errs += 0 * joint_problems(cfg, ")],
+        [edit("validate.py", "    errs += joint_problems(cfg, ", "    errs += 0 * joint_problems(cfg, ")],
         [f"{RANGES}::test_the_rules_between_keys"],
     ),
     Mutant(
         "memory_not_checked",
         "a plan needing terabytes is allocated until the allocator fails, instead of refused with the figure",
-        [edit("config.py", "        errs = memory_problems(cfg, machine_memory())", "        errs = []")],
+        [edit("validate.py", "        errs = memory_problems(cfg, machine_memory())", "        errs = []")],
         [f"{RANGES}::test_fit_refuses_before_anything_is_allocated_or_written"],
     ),
     Mutant(
         "orders_past_the_header",
         "65 n-gram orders pass validation, then every tables file they write is refused as corrupt",
-        [edit("config.py", "MAX_NGRAM_ORDERS = 64  #", "MAX_NGRAM_ORDERS = 65  #")],
+        [edit("validate.py", "MAX_NGRAM_ORDERS = 64  #", "MAX_NGRAM_ORDERS = 65  #")],
         [f"{RANGES}::test_the_orders_limit_is_the_tables_files_header_limit"],
     ),
     Mutant(
@@ -612,30 +617,30 @@ MUTANTS = [
         "the compressors read the whole held-out split, not the bytes the score reads (unbounded on a big corpus)",
         [
             edit(
-                "data.py",
+                "baselines.py",
                 "held, prefix = sample.stream(corpus), ",
                 "held, prefix = bytes(corpus.data[corpus.n_train:]), ",
             )
         ],
-        [DATA_NB],
+        [BASELINES_NB],
     ),
     Mutant(
         "baselines_key_ignores_corpus",
         "another corpus with the same sizes reads this corpus's cached baselines",
-        [edit("data.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
-        [DATA_NB],
+        [edit("baselines.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
+        [BASELINES_NB],
     ),
     Mutant(
         "unwritable_cache_fails_the_run",
         "a cache that cannot be written turns a run that trained and checkpointed into a failed one",
         [
             edit(
-                "data.py",
+                "baselines.py",
                 "    except OSError as e:\n        (log or",
                 "    except ArithmeticError as e:\n        (log or",
             )
         ],
-        [DATA_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
+        [BASELINES_NB, f"{BASELINES}::test_an_unwritable_cache_costs_the_cache_not_the_run"],
     ),
     Mutant(
         "ctrl_c_in_the_baselines_interrupts_a_finished_run",
@@ -648,6 +653,120 @@ MUTANTS = [
             )
         ],
         [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
+    ),
+    # issue 23 (round 3): a stop mid-eval, one run per process, the caller's process put back, history streamed,
+    # keep_ckpts a progress key, the corpus path's refusal, the CLI's three messages
+    Mutant(
+        "eval_ignores_a_stop",
+        "SIGTERM during a long eval waits for the whole eval (eval_batches 100000: minutes) before the checkpoint",
+        [edit("step.py", "            if stop is not None and stop():", "            if False:")],
+        [f"{PROCESS}::test_a_stop_during_an_endless_eval_is_honoured_within_one_batch_and_checkpoints_the_step"],
+    ),
+    Mutant(
+        "second_fit_in_a_process_runs",
+        "two fits from two threads train under each other's process-wide torch settings and restore them crosswise",
+        [edit("dist.py", "    if not _ONE_RUN.acquire(blocking=False):", "    if _ONE_RUN.acquire(False) and False:")],
+        [f"{PROCESS}::test_a_second_fit_from_another_thread_is_refused_and_changes_no_setting"],
+    ),
+    Mutant(
+        "lazy_import_env_left_behind",
+        "the first fit of a process leaves TORCHINDUCTOR_CACHE_DIR in os.environ",
+        [edit("dist.py", "                os.environ.pop(k, None)", "                pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "warnings_filter_left_behind",
+        "the first fit of a process leaves a warnings filter behind",
+        [edit("dist.py", "        warnings.filters[:] = filters", "        pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "warn_only_not_restored",
+        "a caller's deterministic mode with warn_only comes back from fit without warn_only (errors where it warned)",
+        [edit("numerics.py", "            torch.use_deterministic_algorithms(det, warn_only=warn)",
+              "            torch.use_deterministic_algorithms(det)")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "failed_fit_keeps_the_corpus_open",
+        "a failed fit keeps the corpus open for as long as its traceback lives",
+        [edit("train.py", "        owned.callback(corpus.data.close)", "        pass")],
+        [f"{PROCESS}::test_fit_leaves_the_callers_process_as_it_was"],
+    ),
+    Mutant(
+        "plot_trace_unbounded",
+        "plot draws every row of a long run: memory and time grow with the run",
+        [edit("view.py", "            if len(self.done) == 2 * self.most:", "            if False:")],
+        [f"{HISTORY}::test_compare_and_plot_stream_a_long_history_in_bounded_memory"],
+    ),
+    Mutant(
+        "steps_out_of_order_accepted",
+        "a metrics file whose steps go back is walked as if in order: compare pairs the wrong rows",
+        [edit("rundir.py", '        if row["step"] <= last:', "        if False:")],
+        ["nbs/21_view.ipynb"],
+    ),
+    Mutant(
+        "compare_a_missing_directory",
+        "compare against a directory that does not exist says 'has 0 rows' instead of naming it",
+        [edit("view.py", "        if not Path(run).is_dir():", "        if False:")],
+        ["nbs/21_view.ipynb"],
+    ),
+    Mutant(
+        "keep_ckpts_strict",
+        "keeping fewer checkpoints from a resume on is refused as drift, though no step reads them",
+        [edit("config.py", '"ckpt_every", "keep_ckpts", ', '"ckpt_every", ')],
+        [f"{RESUME_KEYS}::test_keep_ckpts_may_change_on_a_resume_and_the_run_is_the_same"],
+    ),
+    Mutant(
+        "moved_corpus_without_a_way_on",
+        "a moved corpus is refused as drift on data without saying to put it back or link it",
+        [edit("config.py", 'if "data" in diffs else ""', 'if False else ""')],
+        [f"{RESUME_KEYS}::test_a_moved_corpus_is_refused_saying_to_put_it_back_and_a_link_resumes"],
+    ),
+    Mutant(
+        "generate_prints_the_prompt_first",
+        "generate prints the prompt, then rejects an argument",
+        [
+            edit("cli.py", "    chunks = generate(model, prompt, ", "    chunks = lambda: generate(model, prompt, "),
+            edit("cli.py", "    for chunk in chunks:", "    for chunk in chunks():"),
+        ],
+        [f"{CLI}::test_generate_rejects_an_argument_before_printing_the_prompt"],
+    ),
+    Mutant(
+        "plot_appends_png",
+        "plot -o X writes X.png and says 'wrote X'",
+        [edit("cli.py", 'format=ext or "png")', "format=None)")],
+        [f"{CLI}::test_plot_writes_the_file_it_names"],
+    ),
+    Mutant(
+        "inspect_raises_on_an_ascii_terminal",
+        "under PYTHONIOENCODING=ascii inspect prints a codec error instead of its verdict",
+        [edit("cli.py", 'or "utf-8", "backslashreplace")', 'or "utf-8")')],
+        [f"{CLI}::test_inspect_prints_its_verdict_under_an_ascii_terminal"],
+    ),
+    Mutant(
+        "corpus_builds_pile_up",
+        "every touch of a directory corpus adds another full cached copy, and none is ever removed",
+        [edit("data.py", "            old.unlink(missing_ok=True)", "            pass")],
+        ["tests/test_data_cache.py::test_touching_a_directory_corpus_replaces_its_build"],
+    ),
+    Mutant(
+        "deleted_cache_ends_the_run",
+        "deleting the cache under a healthy run ends it at its next checkpoint, though its open file still reads",
+        [edit("train.py", 'corpus.data.path if corpus.manifest is None else ""', "corpus.data.path")],
+        ["tests/test_data_cache.py::test_deleting_the_cache_under_a_run_does_not_end_it"],
+    ),
+    Mutant(
+        "first_checkpoint_advises_a_resume",
+        "ENOSPC at a run's first checkpoint says the previous one is intact and to resume: there is none",
+        [edit("commit.py", 'and resume." if prev else', 'and resume." or')],
+        [f"{CLI}::test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume"],
+    ),
+    Mutant(
+        "resume_holds_every_row",
+        "a resume holds every row of the run's history in memory (a million-step run: gigabytes before step one)",
+        [edit("rundir.py", 'if r["step"] < step), maxlen=keep)', 'if r["step"] < step), maxlen=None)')],
+        [f"{HISTORY}::test_a_resume_holds_a_bounded_tail_of_the_history_and_keeps_every_row"],
     ),
     # what a person sees of a run (issue 25)
     Mutant(
