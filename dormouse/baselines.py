@@ -13,7 +13,7 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 # %% auto #0
-__all__ = ['COMPRESSORS', 'BASELINE_PREFIX', 'BASELINE_FORMAT', 'compressed_size', 'compressor_baselines']
+__all__ = ['COMPRESSORS', 'BASELINE_PREFIX', 'BASELINE_FORMAT', 'compressed_size', 'compressor_baselines', 'compressor_gaps']
 
 # %% ../nbs/03b_baselines.ipynb #0e5c60b2
 COMPRESSORS = ("zlib -9", "bz2 -9", "xz -9e")  # the baselines, in the order they are shown
@@ -87,3 +87,12 @@ def compressor_baselines(corpus: Corpus,  # the run's corpus
             f"dormouse: the compressor baselines were not cached ({e}); they are computed again next time. "
             "Set DORMOUSE_CACHE to a writable directory to keep them.")
     return out
+
+# %% ../nbs/03b_baselines.ipynb #b9e1a002
+def compressor_gaps(model_bpb: float,  # the model's held-out bits/byte
+                    base: dict,  # `compressor_baselines`' figures
+                    suffix: str = "",  # "" (alone) or " +train" (given the training text first)
+                   ) -> str:
+    "Each compressor's bits/byte, and by how much the model beats it (or trails it)."
+    return ", ".join(f"{n} {base[n + suffix]:.3f} (model {'beats' if base[n + suffix] > model_bpb else 'trails'} it "
+                     f"by {abs(base[n + suffix] - model_bpb):.3f})" for n in COMPRESSORS)

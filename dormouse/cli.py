@@ -25,7 +25,7 @@ from .rundir import RunPaths, read_jsonl
 from .train import fit
 from .verify import add_verify_parser, cmd_verify
 from .view import compare_runs, plot_run
-from .baselines import COMPRESSORS, compressor_baselines
+from .baselines import compressor_baselines, compressor_gaps
 from .data import load_corpus, score_bytes
 from .score import score
 
@@ -210,11 +210,6 @@ def check_device(name: str, where: str) -> str:
     return name
 
 # %% ../nbs/26_cli.ipynb #a3d6139c
-def _gaps(model_bpb: float, base: dict, suffix: str = "") -> str:
-    "Each compressor's bits/byte, and by how much the model beats it (or trails it)."
-    return ", ".join(f"{n} {base[n + suffix]:.3f} (model {'beats' if base[n + suffix] > model_bpb else 'trails'} it "
-                     f"by {abs(base[n + suffix] - model_bpb):.3f})" for n in COMPRESSORS)
-
 def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
     "The final checkpoint's held-out bits/byte scored like a compressor, beside zlib, bz2 and xz on the same bytes."
     cks = RunPaths(Path(run_dir)).checkpoints()
@@ -236,11 +231,11 @@ def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
             print(f"  (the in-loop eval, {run.eval_batches * run.batch} cold {run.seq_len}-byte windows: "
                   f"{evals[f'eval_bpb_d{im.depth}']:.3f})")
         base = compressor_baselines(corpus)
-        print(f"  on the same bytes: {_gaps(sc.bits_per_byte, base)}")
+        print(f"  on the same bytes: {compressor_gaps(sc.bits_per_byte, base)}")
         prefix = f"{base['prefix_bytes'] / 2**20:.0f} MiB" if base["prefix_bytes"] >= 2**20 else \
             f"{base['prefix_bytes']:,} bytes"
         print(f"  given the last {prefix} of training text first: "
-              f"{_gaps(sc.bits_per_byte, base, ' +train')}")
+              f"{compressor_gaps(sc.bits_per_byte, base, ' +train')}")
     except KeyboardInterrupt:  # the run is over and its checkpoint written: Ctrl-C here stops the report, not the run
         print(f"final score interrupted; the run is complete (checkpoint {cks[-1].name})", file=sys.stderr)
     except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score, keep its status
