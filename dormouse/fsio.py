@@ -39,11 +39,13 @@ def atomic_write(path,  # the final name
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename is None:  # a full disk says which file it could not write
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     fsync_dir(path.parent)
     return path

@@ -166,16 +166,23 @@ class MetricsLog:
     def __init__(self, path: Path,  # the run's metrics.jsonl
                  enabled: bool = True,  # False on ranks other than 0: they write nothing
                 ):
+        self.path = Path(path)
         self.f = open_regular(path, "ab") if enabled else None
 
     def write(self, row: dict) -> None:
         if self.f is not None:
-            self.f.write((json.dumps(row) + "\n").encode())
-            self.f.flush()
+            try:
+                self.f.write((json.dumps(row) + "\n").encode())
+                self.f.flush()
+            except OSError as e:  # a full disk names the file it could not append to
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def sync(self) -> None:
         if self.f is not None:
-            os.fsync(self.f.fileno())
+            try:
+                os.fsync(self.f.fileno())
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def close(self) -> None:
         if self.f is not None:

@@ -824,6 +824,28 @@ MUTANTS = [
         [edit("replay.py", "    if got.differs:", "    if got.differs and False:")],
         ["tests/test_verify_resume.py::test_a_replay_that_differs_is_refused_naming_the_step"],
     ),
+    # issue 23 (round 3, the lead): a full disk outside a checkpoint names its file
+    Mutant(
+        "full_disk_unnamed_in_atomic_write",
+        "a full disk while config.toml, lineage or the metrics rewrite is written says 'No space left' and no file",
+        [edit("fsio.py", "        if isinstance(e, OSError) and e.filename is None:", "        if False:")],
+        ["tests/test_full_disk.py::test_the_atomic_writer_names_the_file_a_full_disk_stopped"],
+    ),
+    Mutant(
+        "full_disk_unnamed_in_metrics_log",
+        "a full disk while a metrics row is appended says 'No space left' and no file",
+        [edit("rundir.py", "            except OSError as e:  # a full disk names the file it could not append to\n"
+                           "                raise OSError(e.errno, e.strerror, str(self.path)) from e",
+              "            except OSError as e:\n                raise")],
+        ["tests/test_full_disk.py::test_the_metrics_log_names_its_file_when_the_disk_is_full"],
+    ),
+    Mutant(
+        "delta_size_unchecked",
+        "a tables delta that claims 8 GiB it does not hold is read as far as its header points and said to load",
+        [edit("deltas.py", "        if os.fstat(f.fileno()).st_size != hd.file_bytes:", "        if False:"),
+         edit("deltas.py", "    if path.stat().st_size != hd.file_bytes:", "    if False:")],
+        ["tests/test_sparse_tables.py"],
+    ),
 ]
 
 
