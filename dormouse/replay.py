@@ -21,8 +21,8 @@ from .rundir import RunPaths, read_lineage, read_metrics
 
 # %% auto #0
 __all__ = ['EVIDENCE_FORMAT', 'EvidenceError', 'Evidence', 'Recorder', 'row_check', 'seal', 'torn_tail', 'trusted_rows',
-           'Overlap', 'overlap_for', 'Replayed', 'replay_steps', 'UnverifiableError', 'replay_start', 'replay_stop',
-           'verify_resume']
+           'Overlap', 'waiver', 'overlap_for', 'Replayed', 'replay_steps', 'UnverifiableError', 'replay_start',
+           'replay_stop', 'verify_resume']
 
 # %% ../nbs/21b_replay.ipynb #750fe405
 EVIDENCE_FORMAT = 1  # the layout of a container's meta "evidence"
@@ -167,7 +167,7 @@ class Overlap:
     def __init__(self, recorded: dict,  # {step: row}: trustworthy rows at and after the resume step
                  env: dict,  # this segment's numeric environment
                  envs: dict | None = None,  # {segment: its environment} from lineage.jsonl: what changed, by name
-                 waived: bool = False,  # allow_env_drift: a difference is said, not raised
+                 waived: str = "",  # why a difference is said, not raised (`waiver`); "": it is raised
                  before_refusal=None,  # called just before a refusal: puts the recorded rows back (rank 0)
                 ):
         self.recorded, self.env, self.envs, self.waived = recorded, env, envs or {}, waived
@@ -202,8 +202,7 @@ class Overlap:
                 "made inside this process, the hardware).")
         self.diverged = step
         if self.waived:
-            print(f"WARNING: step {step} re-trained differs from the run's row ({what}); continuing, as "
-                  "allow_env_drift asks: this segment is recorded as unverified in lineage.jsonl")
+            print(f"WARNING: step {step} re-trained differs from the run's row ({what}); continuing: {self.waived}")
             return
         if self.before_refusal is not None:
             self.before_refusal()
@@ -213,11 +212,23 @@ class Overlap:
                             "(--allow-env-drift) to continue anyway (recorded in lineage.jsonl).")
 
 # %% ../nbs/21b_replay.ipynb #1111bce6
+def waiver(allow_env_drift: bool,  # the caller waived the check
+           legacy_missing: list,  # what a legacy checkpoint lacks of the run state (`Resume.legacy_missing`)
+          ) -> str:
+    "Why a resume's re-trained steps may differ from the run's rows, in words; \"\" when nothing excuses a difference."
+    why = []
+    if allow_env_drift:
+        why.append("allow_env_drift asks it, and this segment is recorded as unverified in lineage.jsonl")
+    if legacy_missing:
+        why.append(f"the checkpoint is legacy and lacks {', '.join(legacy_missing)}, so re-trained steps are expected "
+                   "to differ (lineage.jsonl names what it lacked, legacy_missing)")
+    return "; ".join(why)
+
 def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrites metrics.jsonl
                 steps: int,  # the plan's steps: rows at or after it are not re-trained
                 env: dict,  # this segment's numeric environment
                 start: int,  # the step the resume continues from
-                waived: bool = False,  # allow_env_drift: a difference is said, not raised
+                waived: str = "",  # why a difference is said, not raised (`waiver`); "": it is raised
                 lead: bool = True,  # the one writer: says what is not evidence, and puts the rows back on a refusal
                ) -> Overlap:
     "The `Overlap` of a resume: the run's trustworthy rows in [start, steps), with what is not evidence said."

@@ -24,7 +24,7 @@ from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
-from .replay import Overlap, Recorder, overlap_for, seal, verify_resume
+from .replay import Overlap, Recorder, overlap_for, seal, verify_resume, waiver
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, metrics_frame, read_lineage,
@@ -200,7 +200,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device, corpus=corpus,
                       targets=targets, dist_info=dist_info, verify_steps=verify_steps) if resume else None
-    waived = allow_env_drift or bool(r and r.legacy_missing)  # a legacy resume lacks state: differences are expected
+    waived = waiver(allow_env_drift, r.legacy_missing if r else [])  # why a re-trained step may differ, or ""
     overlap = overlap_for(paths, cfg.steps, env, parts.step, waived, dist_info.lead) if r else Overlap({}, env)
     barrier(dist_info)  # every rank has decided fresh/resume (and read the rows it re-trains) before rank 0 writes
     if r is None:
@@ -235,15 +235,22 @@ class StopFlag:
         self._at = 0.0  # when it came (time.monotonic)
         self._old = {}
 
-    def _handler(self, signum, frame):
-        if self.requested and time.monotonic() - self._at >= 1.0:
+    def request(self, signum: int,  # the signal that asks (SIGINT, SIGTERM)
+                now: float | None = None,  # when it came, on time.monotonic's clock (None: now)
+               ) -> None:
+        "Ask to stop as a signal does: the first request stops at the next step boundary, a later one aborts."
+        now = time.monotonic() if now is None else now
+        if self.requested and now - self._at >= 1.0:
             raise KeyboardInterrupt
         if self.requested:
             return  # the same request delivered twice (torchrun forwards what a scheduler also sent its workers)
-        self.requested, self.signum, self._at = True, signum, time.monotonic()
+        self.requested, self.signum, self._at = True, signum, now
         name = signal.Signals(signum).name
         print(f"\n{name}: stopping after this step and writing a checkpoint (signal again to abort without one)",
               flush=True)
+
+    def _handler(self, signum, frame):
+        self.request(signum)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

@@ -9,7 +9,10 @@ import pytest
 
 from dormouse.config import TrainCfg
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
-from dormouse.numerics import EnvDriftError
+from dormouse.numerics import EnvDriftError, numeric_env
+from dormouse.parts import build_parts, to_run_state
+from dormouse.checkpoints import save_run_ckpt
+from dormouse.precompute import precompute_jepa_targets
 from dormouse.replay import Evidence, UnverifiableError, row_check
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
@@ -171,23 +174,37 @@ def test_a_changed_definition_is_refused_plainly(ref, tmp_path):
         fit(CFG, run, resume=True, progress=False)
 
 
-MATRIX = {
+MATRIX = {  # every case has n-gram tables (tiny_cfg's orders 2, 3) and, but "stream", the shuffled data order
     "fp8": dict(quant="fp8", quant_check=True),
     "int8": dict(quant="int8"),
     "aux": dict(aux=True),
+    "aux-targets": dict(aux=True, jepa_targets="targets"),  # offline JEPA targets, made below from the init state
     "rand-stress": dict(rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5),
     "stream": dict(data_order="stream"),
 }
 
 
+def _with_targets(cfg, tmp_path):
+    "`cfg` reading offline JEPA targets precomputed from its own init state (a frozen teacher), in tmp_path."
+    cfg = dataclasses.replace(cfg, jepa_targets=str(tmp_path / cfg.jepa_targets))
+    parts = build_parts(cfg)
+    init = save_run_ckpt(tmp_path / "init", to_run_state(parts, numeric_env(threads=cfg.threads)), parts.tables, keep=1)
+    precompute_jepa_targets(cfg, init, cfg.jepa_targets, progress=False)
+    return cfg
+
+
 @pytest.mark.parametrize("name", list(MATRIX))
 def test_a_thread_change_is_verified_for_each_feature_set(name, tmp_path):
     cfg = tiny_cfg(steps=12, ckpt_every=4, log_every=2, keep_ckpts=10, eval=False, **MATRIX[name])
+    cfg = _with_targets(cfg, tmp_path) if cfg.jepa_targets else cfg
     fit(cfg, tmp_path / "ref", progress=False)
     run = stopped_at(tmp_path / "ref", tmp_path / "run", 8)
     df = fit(dataclasses.replace(cfg, threads=2), run, resume=True, progress=False)
     assert _lineage(run)["env_verified"]["from_step"] == 4 and df.attrs["overlap_compared"] == 4
     assert_same_run(tmp_path / "ref", run)
+    if cfg.jepa_targets:  # the aux objective ran, on the targets, with no teacher in any checkpoint
+        assert all(r["jepa"] > 0 for r in read_jsonl(RunPaths(run).metrics))
+        assert all(load_ckpt(p).teacher is None for p in RunPaths(run).checkpoints())
 
 
 @pytest.mark.default_size

@@ -116,7 +116,8 @@ MUTANTS = [
     ),
     Mutant(
         "compute_not_reapplied_after_load",
-        "ADR headline bug: a resumed quant run trains the default forward while its log names the quant format",
+        "the forward that ran is not the forward logged: a resumed quant run trains the default forward while its log "
+        "names the quant format",
         [edit("parts.py", "    apply_settings(parts, cfg)  # after the load as well as before it", "    pass  #")],
         ["tests/test_same_run_forward.py::test_a_load_into_fresh_parts_runs_the_forward_the_run_ran"],
     ),
@@ -845,6 +846,20 @@ MUTANTS = [
         [edit("deltas.py", "        if os.fstat(f.fileno()).st_size != hd.file_bytes:", "        if False:"),
          edit("deltas.py", "    if path.stat().st_size != hd.file_bytes:", "    if False:")],
         ["tests/test_sparse_tables.py"],
+    ),
+    # issue 22, the rest of the matrix (verify2): offline targets in the replay, the ISA cap named
+    Mutant(
+        "replay_without_offline_targets",
+        "a replay of a changed environment trains without the run's offline JEPA targets",
+        [edit("replay.py", "    got = replay_steps(parts, corpus, cfg, ev, stop, device, di, targets)",
+              "    got = replay_steps(parts, corpus, cfg, ev, stop, device, di, None)")],
+        ["tests/test_verify_resume.py::test_a_thread_change_is_verified_for_each_feature_set[aux-targets]"],
+    ),
+    Mutant(
+        "aten_capability_variable_not_recorded",
+        "ATEN_CPU_CAPABILITY is not in the environment record: a refusal under it does not name what to unset",
+        [edit("numerics.py", '    "ATEN_CPU_CAPABILITY": "caps ATen', '    "ATEN_UNRECORDED": "caps ATen')],
+        ["tests/test_verify_matrix.py::test_aten_avx2_is_judged_by_the_evidence"],
     ),
 ]
 
