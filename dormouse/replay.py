@@ -21,8 +21,8 @@ from .rundir import RunPaths, read_lineage, read_metrics
 
 # %% auto #0
 __all__ = ['EVIDENCE_FORMAT', 'EvidenceError', 'Evidence', 'Recorder', 'row_check', 'seal', 'torn_tail', 'trusted_rows',
-           'Overlap', 'waiver', 'overlap_for', 'Replayed', 'replay_steps', 'UnverifiableError', 'replay_start',
-           'replay_stop', 'verify_resume']
+           'Overlap', 'waiver', 'overlap_for', 'Replayed', 'agreed_fingerprint', 'replay_steps', 'UnverifiableError',
+           'replay_start', 'replay_stop', 'verify_resume']
 
 # %% ../nbs/21b_replay.ipynb #750fe405
 EVIDENCE_FORMAT = 1  # the layout of a container's meta "evidence"
@@ -253,7 +253,7 @@ class Replayed:
     differs: str | None = None  # the first difference, in words
     step: int | None = None  # the step it is at
 
-def _fingerprint(parts: Parts, step: int, di: DistInfo) -> str:
+def agreed_fingerprint(parts: Parts, step: int, di: DistInfo) -> str:
     "The state fingerprint, checked equal on every rank."
     fp = state_fingerprint(parts)
     check_fingerprints(fp, step, di)
@@ -271,7 +271,7 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
     "Train steps [ev.start, stop) again and compare each with the evidence; stop at the first difference."
     di = di or DistInfo()
     at = "the fresh start (after its probes)" if ev.fresh else f"the start, step {ev.start}"
-    fp = _fingerprint(parts, ev.start - 1, di)
+    fp = agreed_fingerprint(parts, ev.start - 1, di)
     if fp != ev.start_fingerprint:
         return Replayed(ev.start, ev.start, 0, 1, f"{at}: fingerprint {ev.start_fingerprint} recorded, {fp} here",
                         ev.start)
@@ -284,7 +284,7 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
             return Replayed(ev.start, step, step - ev.start, n_fp,
                             f"step {step}: loss {was!r} recorded, {row['loss']!r} replayed", step)
         if step in ev.fingerprints:
-            fp, n_fp = _fingerprint(parts, step, di), n_fp + 1
+            fp, n_fp = agreed_fingerprint(parts, step, di), n_fp + 1
             if fp != ev.fingerprints[step]:
                 return Replayed(ev.start, step, step - ev.start + 1, n_fp,
                                 f"step {step}: fingerprint {ev.fingerprints[step]} recorded, {fp} replayed", step)

@@ -18,13 +18,12 @@ from .container import Checkpoint
 from .data import Corpus, load_corpus
 from .numerics import env_diff, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
-from .dist import (DistInfo, agree_max, barrier, check_fingerprints, dist_from_env, one_run_per_process,
-                           process_group)
+from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
 from .ngram import NgramTables
-from .parts import Parts, build_parts, restore, state_fingerprint, to_run_state
+from .parts import Parts, build_parts, restore, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
-from .replay import Overlap, Recorder, overlap_for, seal, verify_resume, waiver
+from .replay import Overlap, Recorder, agreed_fingerprint, overlap_for, seal, verify_resume, waiver
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, metrics_frame, read_lineage,
@@ -33,7 +32,7 @@ from .view import Progress
 
 # %% auto #0
 __all__ = ['pin_inputs', 'Resume', 'decide_resume', 'Segment', 'lineage_row', 'open_segment', 'StopFlag', 'checkpoint',
-           'fingerprint', 'LoopHelpers', 'loop_helpers', 'wrap_ddp', 'hold_run_dir', 'fit', 'close_segment']
+           'LoopHelpers', 'loop_helpers', 'wrap_ddp', 'hold_run_dir', 'fit', 'close_segment']
 
 # %% ../nbs/22_train.ipynb #943592db
 def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
@@ -210,8 +209,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     rows = rows_before(paths.metrics, parts.step if r else 0)  # streamed: the last PANEL_ROWS rows, bounded
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start
     identity = make_identity(cfg, run_id, r.run_started if r and r.run_started else started, stamp)
-    fp = state_fingerprint(parts)  # where this segment's evidence starts
-    check_fingerprints(fp, parts.step - 1, dist_info)
+    fp = agreed_fingerprint(parts, parts.step - 1, dist_info)  # where this segment's evidence starts
     seg = Segment(paths, parts, env, len(lineage), parts.step, rows, dist_info.lead, identity,
                   start_tables(parts.tables, r.tables_file if r else None), r, overlap, Recorder(parts.step, fp))
     if seg.lead and r and parts.step == cfg.steps:  # nothing to train, so nothing is written
@@ -275,12 +273,6 @@ def checkpoint(seg: Segment, log: MetricsLog,
     if seg.lead:
         commits.submit(dataclasses.replace(to_run_state(seg.parts, seg.env), evidence=evidence), seg.parts.tables)
     barrier(dist_info)
-
-def fingerprint(parts: Parts, step: int, dist_info: DistInfo) -> str:
-    "The state fingerprint, checked equal on every rank."
-    fp = state_fingerprint(parts)
-    check_fingerprints(fp, step, dist_info)
-    return fp
 
 class LoopHelpers(NamedTuple):
     "What a segment's loop writes through."
@@ -365,7 +357,7 @@ def fit(cfg: TrainCfg,  # the plan
                     stopped = agree_max(stop.requested, dist_info, device)  # a stop mid-eval: saved now
                     save_now = save_now or stopped
                 due = done % cfg.log_every == 0 or save_now or seg.overlap.wants_fingerprint(step)
-                row["fingerprint"] = fingerprint(seg.parts, step, dist_info) if due else None
+                row["fingerprint"] = agreed_fingerprint(seg.parts, step, dist_info) if due else None
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment
                 seg.overlap.check(row)  # a step the run had trained before: the same, or stop here (no checkpoint)
                 seg.rows.append(seal(row))  # its `check`: an edit of the logged row shows
