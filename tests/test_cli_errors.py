@@ -436,19 +436,25 @@ def test_serve_on_a_port_in_use_is_one_line(runs):
     assert f"127.0.0.1:{port}" in r.stderr and "pick another port" in r.stderr
 
 
-def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path, capsys, monkeypatch):
-    "ENOSPC while a checkpoint is written: one line naming the container and the cause; the last checkpoint loads."
+def full_disk_at(name: str, monkeypatch) -> None:
+    "The container named `name` meets a full disk (ENOSPC) when it is written; every other one is written."
     import dormouse.checkpoints as ckpts
-    run = run_dir_copy(runs, tmp_path)
     real = ckpts.save_v3
 
     def full_disk(path, *a, **kw):
-        if Path(path).name == "step_000015.dmck":
+        if Path(path).name == name:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, *a, **kw)
 
     monkeypatch.setattr(ckpts, "save_v3", full_disk)
     monkeypatch.delenv("DORMOUSE_DEBUG", raising=False)
+
+
+def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path, capsys, monkeypatch):
+    "ENOSPC while a checkpoint is written: one line naming the container and the cause; the last checkpoint loads."
+    import dormouse.checkpoints as ckpts
+    run = run_dir_copy(runs, tmp_path)
+    full_disk_at("step_000015.dmck", monkeypatch)
     rc = main(["train", "--config", str(runs / "tiny.toml"), "--run-dir", str(run), "--resume", "--steps", "15",
                "--quiet"])
     err = capsys.readouterr().err
@@ -517,16 +523,7 @@ def test_inspect_prints_its_verdict_under_an_ascii_terminal(runs):
 
 def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_path, capsys, monkeypatch):
     "Issue 23: ENOSPC on a run's first checkpoint said the previous one was intact and to resume; there is none."
-    import dormouse.checkpoints as ckpts
-    real = ckpts.save_v3
-
-    def full_disk(path, *a, **kw):
-        if Path(path).name == "step_000005.dmck":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real(path, *a, **kw)
-
-    monkeypatch.setattr(ckpts, "save_v3", full_disk)
-    monkeypatch.delenv("DORMOUSE_DEBUG", raising=False)
+    full_disk_at("step_000005.dmck", monkeypatch)
     rc = main(["train", "--config", str(runs / "tiny.toml"), "--run-dir", str(tmp_path / "new"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 1 and len(err.splitlines()) == 1, err
