@@ -44,7 +44,7 @@ def atomic_write(path,  # the final name
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError) and e.filename is None:  # a full disk says which file it could not write
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # a full disk names the file
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     fsync_dir(path.parent)

@@ -16,8 +16,7 @@ from .dist import DistInfo, check_fingerprints
 from .parts import Parts, build_parts, restore, state_fingerprint
 from .step import pre_batches, run_probes, train_step
 from .checkpoints import ckpt_name, load_run_ckpt
-from .fsio import atomic_write_bytes
-from .rundir import RunPaths, read_lineage, read_metrics
+from .rundir import RunPaths, iter_metrics, keep_rows_before, read_lineage
 
 # %% auto #0
 __all__ = ['EVIDENCE_FORMAT', 'EvidenceError', 'Evidence', 'Recorder', 'row_check', 'seal', 'torn_tail', 'trusted_rows',
@@ -147,13 +146,17 @@ def trusted_rows(rows: list[dict],  # metrics rows (e.g. those at and after the 
                 ) -> tuple[dict, list[str]]:
     "({step: row} of the rows that are evidence, [one line per kind of row that is not, naming its steps])."
     waived = {r.get("segment") for r in lineage if r.get("env_drift") and not r.get("env_verified")}
+    changed = {r.get("segment") for r in lineage if r.get("corpus_changed_by_step") is not None}
     why = {"edited: their check does not match": [], "written before rows carried a check": [],
-           "trained under a waived environment change (allow_env_drift)": [], "a repeated step": []}
+           "trained under a waived environment change (allow_env_drift)": [], "a repeated step": [],
+           "of a segment whose corpus changed under it (its checkpoint was refused)": []}
     ok = {}
     for r in rows:
         kind = ("written before rows carried a check" if "check" not in r
                 else "edited: their check does not match" if r["check"] != row_check(r)
                 else "trained under a waived environment change (allow_env_drift)" if r.get("segment") in waived
+                else "of a segment whose corpus changed under it (its checkpoint was refused)"
+                if r.get("segment") in changed
                 else "a repeated step" if r["step"] in ok else None)
         if kind is None:
             ok[r["step"]] = r
@@ -169,9 +172,10 @@ class Overlap:
                  envs: dict | None = None,  # {segment: its environment} from lineage.jsonl: what changed, by name
                  waived: str = "",  # why a difference is said, not raised (`waiver`); "": it is raised
                  before_refusal=None,  # called just before a refusal: puts the recorded rows back (rank 0)
+                 lead: bool = True,  # the one writer: says when every recorded row has been compared
                 ):
         self.recorded, self.env, self.envs, self.waived = recorded, env, envs or {}, waived
-        self.before_refusal = before_refusal
+        self.before_refusal, self.lead = before_refusal, lead
         self.compared, self.fingerprints, self.diverged = 0, 0, None  # diverged: the first difference (waived)
 
     def wants_fingerprint(self, step: int) -> bool:
@@ -191,6 +195,9 @@ class Overlap:
         self.compared += 1
         if what:
             self._differs(row["step"], rec, "; ".join(what))
+        elif self.lead and row["step"] == max(self.recorded):
+            print(f"overlap: {self.compared} re-trained step(s) matched the run's rows bit for bit "
+                  f"({self.fingerprints} fingerprint(s))")
 
     def _differs(self, step: int, rec: dict, what: str) -> None:
         "Stop at the first difference (or, waived, say it once)."
@@ -220,8 +227,8 @@ def waiver(allow_env_drift: bool,  # the caller waived the check
     if allow_env_drift:
         why.append("allow_env_drift asks it, and this segment is recorded as unverified in lineage.jsonl")
     if legacy_missing:
-        why.append(f"the checkpoint is legacy and lacks {', '.join(legacy_missing)}, so re-trained steps are expected "
-                   "to differ (lineage.jsonl names what it lacked, legacy_missing)")
+        why.append("the checkpoint is legacy and lacks run state (named above, and in lineage.jsonl's "
+                   "legacy_missing), so re-trained steps are expected to differ")
     return "; ".join(why)
 
 def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrites metrics.jsonl
@@ -232,15 +239,16 @@ def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrite
                 lead: bool = True,  # the one writer: says what is not evidence, and puts the rows back on a refusal
                ) -> Overlap:
     "The `Overlap` of a resume: the run's trustworthy rows in [start, steps), with what is not evidence said."
-    held = paths.metrics.read_bytes() if paths.metrics.is_file() else b""
     lineage = read_lineage(paths.root)
-    rows, why = trusted_rows([r for r in read_metrics(paths.root) if start <= r["step"] < steps], lineage)
+    after = [r for r in iter_metrics(paths.root) if r["step"] >= start]  # streamed: only the rows re-trained are held
+    rows, why = trusted_rows([r for r in after if r["step"] < steps], lineage)
     if torn_tail(paths.metrics):
         why.append("metrics.jsonl ends in a partial row (a kill mid-write): dropped, not compared")
     for line in why if lead else []:
         print(line)
-    put_back = (lambda: atomic_write_bytes(paths.metrics, held)) if lead else None
-    return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back)
+    held = "".join(json.dumps(r) + "\n" for r in after).encode()  # what a refusal writes back after the kept rows
+    put_back = (lambda: keep_rows_before(paths.metrics, start, held)) if lead else None
+    return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back, lead)
 
 # %% ../nbs/21b_replay.ipynb #fb79f556
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write
 
 # %% auto #0
 __all__ = ['PANEL_ROWS', 'METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'iter_jsonl', 'read_jsonl',
-           'read_metrics', 'iter_metrics', 'read_lineage', 'MetricsLog', 'rows_before', 'keep_rows_before',
-           'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
+           'read_metrics', 'iter_metrics', 'read_lineage', 'mark_segment', 'MetricsLog', 'rows_before',
+           'keep_rows_before', 'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
 
 # %% ../nbs/15_rundir.ipynb #748ce5bb
 class RunDirError(ConfigError):
@@ -161,6 +161,15 @@ def read_lineage(run_dir) -> list[dict]:
     "The run's segments, each with an integer `segment` (the file is replaced whole: every line must be good)."
     return read_jsonl(RunPaths(Path(run_dir)).lineage, "segment", torn_tail=False)
 
+def mark_segment(run_dir, index: int,  # the segment's number in lineage.jsonl
+                 **notes) -> None:
+    "Add `notes` to segment `index`'s row of lineage.jsonl (the file replaced whole, atomically)."
+    rows = read_lineage(run_dir)
+    for r in rows:
+        if r["segment"] == index:
+            r.update(notes)
+    write_jsonl(RunPaths(Path(run_dir)).lineage, rows)
+
 class MetricsLog:
     "Appends metrics rows: flushed each step, fsynced at each checkpoint."
     def __init__(self, path: Path,  # the run's metrics.jsonl
@@ -195,12 +204,15 @@ def rows_before(path: Path, step: int, keep: int = PANEL_ROWS) -> collections.de
     "The last `keep` rows of a metrics file before `step`, streamed into a bounded deque (it stays bounded)."
     return collections.deque((r for r in iter_jsonl(path, "step") if r["step"] < step), maxlen=keep)
 
-def keep_rows_before(path: Path, step: int) -> None:
+def keep_rows_before(path: Path, step: int,
+                     then: bytes = b"",  # rows to write after them (a refused resume puts the run's rows back)
+                    ) -> None:
     "Replace a metrics file by its rows before `step` (a torn tail dropped), streamed, atomically and durably."
     def write(f):
         for r in iter_jsonl(path, "step"):
             if r["step"] < step:
                 f.write((json.dumps(r) + "\n").encode())
+        f.write(then)
     atomic_write(path, write)
 
 # %% ../nbs/15_rundir.ipynb #faf2cfbc

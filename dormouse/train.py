@@ -22,12 +22,14 @@ from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_proce
 from .ngram import NgramTables
 from .parts import Parts, build_parts, restore, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
-from .checkpoints import LoadedCheckpoint, check_identity, corpus_stamp, find_latest, make_identity, new_run_id
+from .checkpoints import (CorpusChangedError, LoadedCheckpoint, check_identity, corpus_stamp, find_latest,
+                                  make_identity, new_run_id)
 from .replay import Overlap, Recorder, agreed_fingerprint, overlap_for, seal, verify_resume, waiver
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
-from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, metrics_frame, read_lineage,
-                             read_metrics, refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
+from .rundir import (MetricsLog, RunDirError, RunLock, RunPaths, keep_rows_before, mark_segment, metrics_frame,
+                             read_lineage, read_metrics, refuse_fresh_over_history, rows_before, write_atomic,
+                             write_jsonl)
 from .view import Progress
 
 # %% auto #0
@@ -270,8 +272,12 @@ def checkpoint(seg: Segment, log: MetricsLog,
     "Take a checkpoint at a step boundary: rows fsynced, rank 0 snapshots the state for its commit, every rank waits."
     log.sync()
     evidence = seg.recorder.take().to_json()  # the steps since the previous checkpoint: this one carries them
-    if seg.lead:
-        commits.submit(dataclasses.replace(to_run_state(seg.parts, seg.env), evidence=evidence), seg.parts.tables)
+    try:
+        if seg.lead:
+            commits.submit(dataclasses.replace(to_run_state(seg.parts, seg.env), evidence=evidence), seg.parts.tables)
+    except CorpusChangedError:  # the rows since the last checkpoint may be of other bytes: not evidence
+        mark_segment(seg.paths.root, seg.index, corpus_changed_by_step=seg.parts.step)
+        raise
     barrier(dist_info)
 
 class LoopHelpers(NamedTuple):
@@ -386,9 +392,6 @@ def close_segment(seg: Segment,
     if stopped and seg.lead:
         print(f"interrupted: checkpoint written at step {seg.parts.step}; continue with resume=True "
               "(dormouse train --resume)")
-    if seg.overlap.compared and seg.lead:
-        print(f"overlap: {seg.overlap.compared} re-trained step(s) matched the run's rows bit for bit "
-              f"({seg.overlap.fingerprints} fingerprint(s))")
     df = metrics_frame(seg.paths.root)
     df = df[df.step < seg.parts.step].reset_index(drop=True)
     sig = signal.Signals(signum or signal.SIGINT) if stopped else None

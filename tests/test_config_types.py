@@ -141,15 +141,18 @@ def test_threads_is_an_environment_key_not_a_drift_key():
     assert list(diff_keys(TrainCfg(), TrainCfg(threads=4, seed=2))) == ["seed"]
 
 
-def test_a_threads_change_on_resume_is_env_drift_and_the_override_is_recorded(tmp_path):
+def test_a_threads_change_on_resume_is_verified_by_replay_and_an_override_is_recorded(tmp_path):
+    "threads is environment, not plan: a change is replayed and recorded as verified; allow_env_drift as waived."
     run = tmp_path / "run"
     cfg = tiny_cfg(steps=10, ckpt_every=5, log_every=5, eval=False)
     fit(cfg, run, progress=False)
-    more = dataclasses.replace(cfg, steps=12, threads=2)
-    with pytest.raises(EnvDriftError, match="threads"):
-        fit(more, run, resume=True, progress=False)
-    fit(more, run, resume=True, allow_env_drift=True, progress=False)
-    assert read_jsonl(RunPaths(run).lineage)[-1]["env_drift"]["threads"] == [1, 2]
+    fit(dataclasses.replace(cfg, steps=12, threads=2), run, resume=True, progress=False)
+    row = read_jsonl(RunPaths(run).lineage)[-1]
+    assert row["env_drift"]["threads"] == [1, 2] and row["env_verified"]["keys"] == ["threads"], row
+    assert row["env_waived"] is False
+    fit(dataclasses.replace(cfg, steps=14, threads=1), run, resume=True, allow_env_drift=True, progress=False)
+    row = read_jsonl(RunPaths(run).lineage)[-1]
+    assert row["env_drift"]["threads"] == [2, 1] and row["env_verified"] is None and row["env_waived"] is True, row
 
 
 # --- the CLI, generated from the dataclasses ---

@@ -829,7 +829,8 @@ MUTANTS = [
     Mutant(
         "full_disk_unnamed_in_atomic_write",
         "a full disk while config.toml, lineage or the metrics rewrite is written says 'No space left' and no file",
-        [edit("fsio.py", "        if isinstance(e, OSError) and e.filename is None:", "        if False:")],
+        [edit("fsio.py", "        if isinstance(e, OSError) and e.errno is not None and e.filename is None:",
+              "        if False:")],
         ["tests/test_full_disk.py::test_the_atomic_writer_names_the_file_a_full_disk_stopped"],
     ),
     Mutant(
