@@ -12,7 +12,8 @@ bits/byte after N steps does not depend on load.
   python bench/sweep_defaults.py quality CAND --steps N [--out sweep.jsonl]
   python bench/sweep_defaults.py list
 
-A CAND is a name from CONFIGS or `name:key=value,key=value` (dotted TrainCfg keys, TOML-ish values).
+A CAND is a name from CONFIGS or `name:key=value;key=value` (dotted TrainCfg keys, TOML-ish values); a schedule key
+it names (warmup, decay_start, decay_steps) wins over the schedule `quality` derives from --steps.
 Run it with MKL_CBWR=AUTO,STRICT in the environment (the thread-invariant numeric mode) and under `nice -n 10`.
 """
 
@@ -67,7 +68,7 @@ def make_cfg(spec: str, threads: int, **extra) -> tuple[str, TrainCfg]:
     elif name not in CONFIGS:
         raise SystemExit(f"unknown config {name!r}: use one of {', '.join(CONFIGS)} or name:key=value;...")
     cfg = TrainCfg(threads=threads)
-    for k, v in {**over, **extra}.items():
+    for k, v in {**extra, **over}.items():  # a key the spec names wins over the derived schedule
         cfg = with_key(cfg, k, v)
     return name, cfg
 
