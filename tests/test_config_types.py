@@ -15,7 +15,6 @@ from dormouse.config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, ModelCfg, Tra
                              snapshot_toml)
 from dormouse.validate import validate
 from dormouse.testing import flipped, save_snapshot
-from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.train import fit
 from dormouse.testing import tiny_cfg

@@ -220,6 +220,21 @@ def test_the_default_model_resumed_on_another_thread_count_is_verified(threads, 
     assert_same_run(tmp_path / "ref", run)
 
 
+@pytest.mark.default_size
+@pytest.mark.parametrize("features", [
+    dict(aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True),
+    dict(quant="int8", data_order="stream"),
+], ids=["aux-fp8-check-rand-stress", "int8-stream"])
+def test_the_default_model_with_every_feature_is_verified_across_threads(features, tmp_path):
+    "The feature sets of the resume matrix at the default model size (n-gram tables included), 1 -> 2 threads."
+    cfg = TrainCfg(steps=6, ckpt_every=3, log_every=1, batch=2, seq_len=64, eval=False, threads=1, **features)
+    fit(cfg, tmp_path / "ref", progress=False)
+    run = stopped_at(tmp_path / "ref", tmp_path / "run", 3)
+    fit(dataclasses.replace(cfg, threads=2), run, resume=True, progress=False)
+    assert _lineage(run)["env_verified"]["keys"] == ["threads"]
+    assert_same_run(tmp_path / "ref", run)
+
+
 # 4. dormouse verify
 
 

@@ -862,6 +862,14 @@ MUTANTS = [
         [edit("numerics.py", '    "ATEN_CPU_CAPABILITY": "caps ATen', '    "ATEN_UNRECORDED": "caps ATen')],
         ["tests/test_verify_matrix.py::test_aten_avx2_is_judged_by_the_evidence"],
     ),
+    # integration (the lead): rows trained while the corpus changed are not evidence
+    Mutant(
+        "corpus_changed_rows_kept_as_evidence",
+        "rows a run logged on a rewritten corpus (its checkpoint refused) stop the resume on the restored one",
+        [edit("train.py", "        mark_segment(seg.paths.root, seg.index, corpus_changed_by_step=seg.parts.step)",
+              "        pass")],
+        ["tests/test_pinned_corpus.py::test_corpus_rewritten_mid_run_and_restored_refuses_the_checkpoint"],
+    ),
 ]
 
 
