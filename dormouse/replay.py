@@ -195,9 +195,6 @@ class Overlap:
         self.compared += 1
         if what:
             self._differs(row["step"], rec, "; ".join(what))
-        elif self.lead and row["step"] == max(self.recorded):
-            print(f"overlap: {self.compared} re-trained step(s) matched the run's rows bit for bit "
-                  f"({self.fingerprints} fingerprint(s))")
 
     def _differs(self, step: int, rec: dict, what: str) -> None:
         "Stop at the first difference (or, waived, say it once)."
@@ -246,6 +243,10 @@ def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrite
         why.append("metrics.jsonl ends in a partial row (a kill mid-write): dropped, not compared")
     for line in why if lead else []:
         print(line)
+    if lead and rows:  # said before the run's display opens: a cell's output still ends with the run's last line
+        n_fp = sum(1 for r in rows.values() if r.get("fingerprint"))
+        print(f"overlap: steps {_steps(list(rows))} are re-trained; each is compared with the run's row as it goes "
+              f"({len(rows)} losses, {n_fp} fingerprint(s)), and the first difference stops the run")
     held = "".join(json.dumps(r) + "\n" for r in after).encode()  # what a refusal writes back after the kept rows
     put_back = (lambda: keep_rows_before(paths.metrics, start, held)) if lead else None
     return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back, lead)
