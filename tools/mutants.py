@@ -56,7 +56,7 @@ def edit(file: str, old: str, new: str) -> tuple:
     return (file, old, new)
 
 
-# The mutants: ADR-0021's inventory put back, and every other way the promise can break.
+# The mutants: the decisions chapter's rules broken one at a time, and every other way the promise can break.
 RESUME = "tests/test_resume_every_piece.py"  # a seconds-scale run with every piece of state, resumed two ways
 FINAL = f"{RESUME}::test_a_final_save_off_the_cadence_writes_its_sidecar_and_extending_it_is_the_same_run"
 CRASH = f"{RESUME}::test_a_crash_after_a_checkpoint_resumes_as_the_same_run"
@@ -77,7 +77,7 @@ HISTORY = "tests/test_history.py"
 RESUME_KEYS = "tests/test_resume_keys.py"
 CLI = "tests/test_cli_errors.py"
 MUTANTS = [
-    # ADR-0021's inventory
+    # the rules of the decisions chapter (plan vs run state, randomness, data by step, identity)
     Mutant(
         "teacher_not_saved",
         "item 1: the container carries no EMA teacher, so a resume cannot continue it",
