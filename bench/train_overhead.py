@@ -121,12 +121,12 @@ class Timers:
 
     FUNCS = (  # (module, name): where fit looks each one up when it calls it
         (train_mod, "train_step"),
-        (train_mod, "state_fingerprint"),
+        (train_mod, "agreed_fingerprint"),  # the state fingerprint at log cadence (and where the overlap wants one)
         (train_mod, "to_run_state"),
         (commit_mod, "save_run_ckpt"),  # the committer's write, on its thread
         (train_mod, "write_jsonl"),
         (train_mod, "evaluate"),
-        (train_mod, "check_fingerprints"),
+        (train_mod, "seal"),  # the row's seal
         (train_mod, "agree_max"),
         (train_mod, "barrier"),
     )
