@@ -162,7 +162,7 @@ def main(argv=None):
               f"{budget:.1f} s of plain loop", flush=True)
         info = train_gpt(gpt, corpus, run, budget, a.lr, a.gpt_max_steps or None)
         gpt.eval()
-        g = score(gpt, None, corpus, run.seq_len, 1, stride=dm.stride, sample=sample)
+        g = score(gpt, None, corpus, run.seq_len, 1, stride=dm.stride, sample=sample, match_orders=())
     base = compressor_baselines(corpus, max_bytes=a.score_bytes or None)
     print(f"GPT: {info['steps']} steps in {info['seconds']:.1f} s ({info['steps'] / info['seconds']:.2f} steps/s, "
           f"dormouse {im.step / wall if wall else float('nan'):.2f} steps/s), last train loss {info['last_loss']:.3f}")

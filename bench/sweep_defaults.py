@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 from dormouse.config import TrainCfg, cfg_from_dict, cfg_to_dict
 from dormouse.testing import with_key
-from dormouse.data import load_corpus, score_sample
+from dormouse.data import corpus_for, load_corpus, score_sample
 from dormouse.numerics import run_scope
 from dormouse.parts import build_parts
 from dormouse.score import score
@@ -40,6 +40,7 @@ CONFIGS = {
     "depth1": {"model.depth": 1},
     "slots18": {"model.ngram_slots": 1 << 18},
     "ord2-6": {"model.ngram_orders": [2, 3, 4, 5, 6]},
+    "nomatch": {"model.match_orders": []},  # the defaults before match codes: what the sweep's rows were measured at
 }
 
 
@@ -83,7 +84,7 @@ def cost(a) -> None:
     _, ref = make_cfg(a.ref, a.threads)
     for spec in a.cands:
         name, cfg = make_cfg(spec, a.threads)
-        corpora = {c.seq_len: load_corpus(c.data, c.holdout_frac, c.seq_len) for c in (ref, cfg)}
+        corpora = {id(c): corpus_for(c) for c in (ref, cfg)}
         with run_scope(a.threads, "cpu"):
             sides = [(ref, build_parts(ref)), (cfg, build_parts(cfg))]
             times = [[], []]
@@ -92,7 +93,7 @@ def cost(a) -> None:
                 for k in order:
                     c, p = sides[k]
                     t = time.perf_counter()
-                    train_step(p, corpora[c.seq_len], c, s, probe_batches=pre_batches(c), device="cpu")
+                    train_step(p, corpora[id(c)], c, s, probe_batches=pre_batches(c), device="cpu")
                     if s >= a.warm:
                         times[k].append(time.perf_counter() - t)
         r, q = [c / b for b, c in zip(*times)], lowq(times[1]) / lowq(times[0])
@@ -113,7 +114,7 @@ def schedule(steps: int, decay_frac: float = 0.15, warmup: int = 50) -> dict:
 def quality(a) -> None:
     "Train one candidate for --steps (fit's train_step, nothing else) and score it like a compressor."
     name, cfg = make_cfg(a.cand, a.threads, steps=a.steps, **schedule(a.steps, a.decay_frac))
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     sample = score_sample(corpus, a.score_bytes)
     t0 = time.time()
     losses = []

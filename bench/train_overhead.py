@@ -54,7 +54,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 import dormouse.commit as commit_mod
 import dormouse.train as train_mod
 from dormouse.config import TrainCfg
-from dormouse.data import load_corpus
+from dormouse.data import corpus_for
 from dormouse.model import compute_losses
 from dormouse.numerics import thread_invariant_mode
 from dormouse.rundir import RunPaths, read_jsonl
@@ -77,8 +77,9 @@ class HandLoop:
     def step(self, step: int) -> None:
         cfg, model, optim, tables = self.cfg, self.parts.model, self.parts.optim, self.parts.tables
         x, y = self.corpus.batch_at(step + self.pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)  # fit's batches
+        match = self.corpus.match_at(step + self.pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
         feats = tables.lookup(x)
-        loss, _, _ = compute_losses(model, x, y, depth=cfg.model.depth, ngram=feats)
+        loss, _, _ = compute_losses(model, x, y, depth=cfg.model.depth, ngram=feats, match=match)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], self.clip)
@@ -191,6 +192,7 @@ def step_flops(cfg: TrainCfg, corpus) -> tuple[int, dict]:
     "Matmul FLOPs of one training step (forward + backward of compute_losses), and the count per op."
     parts = build_parts(cfg)
     x, y = corpus.batch_at(pre_batches(cfg), cfg.batch, cfg.seq_len)
+    match = corpus.match_at(pre_batches(cfg), cfg.batch, cfg.seq_len)
     aten = torch.ops.aten
     fwd = lambda q, k, v, *a, out_shape=None, **kw: sdpa_flop_count(q, k, v)
     bwd = lambda go, q, k, v, *a, out_shape=None, **kw: sdpa_backward_flop_count(go, q, k, v)
@@ -199,7 +201,8 @@ def step_flops(cfg: TrainCfg, corpus) -> tuple[int, dict]:
         aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd,
     }
     with FlopCounterMode(display=False, custom_mapping=mapping) as fc:
-        loss, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=parts.tables.lookup(x))
+        loss, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=parts.tables.lookup(x),
+                                    match=match)
         loss.backward()
     return fc.get_total_flops(), {str(k): v for k, v in fc.get_flop_counts()["Global"].items()}
 
@@ -250,7 +253,7 @@ def main(argv=None):
     mkl = thread_invariant_mode()  # before the first matmul, as fit's run_scope does: MKL's mode is per process
     torch.set_num_threads(cfg.threads)  # what fit sets (its run_scope): threads + deterministic algorithms, both sides
     torch.use_deterministic_algorithms(True)
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     m = cfg.model
     n_params = sum(p.numel() for p in build_parts(cfg).model.parameters())
     w0 = cfg.ckpt_every - 1

@@ -13,10 +13,10 @@ from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, load_toml, re
 
 # %% auto #0
 __all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK',
-           'OLDER_MARKS', 'FORMAT_2_KEYS', 'MAX_CONFIG_BYTES', 'ModelCfg', 'TrainCfg', 'ConfigError', 'DriftError',
-           'field_types', 'type_word', 'has_type', 'show_value', 'type_problems', 'config_error', 'cfg_to_dict',
-           'flatten', 'field_names', 'snapshot_toml', 'parse_toml', 'read_snapshot', 'cfg_from_dict', 'load_cfg',
-           'diff_keys', 'check_drift']
+           'FORMAT_2_MARK', 'OLDER_MARKS', 'FORMAT_2_KEYS', 'FORMAT_3_MODEL_KEYS', 'MAX_CONFIG_BYTES', 'ModelCfg',
+           'TrainCfg', 'ConfigError', 'DriftError', 'field_types', 'type_word', 'has_type', 'show_value',
+           'type_problems', 'config_error', 'cfg_to_dict', 'flatten', 'field_names', 'snapshot_toml', 'parse_toml',
+           'read_snapshot', 'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift']
 
 # %% ../nbs/00_config.ipynb #5bbc8cc6
 QUANT_FORMATS = ("fp32", "bf16", "fp8", "int8")  # the factor formats `quant` accepts
@@ -35,6 +35,7 @@ class ModelCfg:
     ngram_orders: list[int] = field(default_factory=lambda: [2, 3, 4, 5, 6, 7, 8])  # n-gram orders, a hashed table each
     ngram_slots: int = 1 << 16  # rows per n-gram table
     ngram_dim: int = 32  # width of an n-gram table row
+    match_orders: list[int] = field(default_factory=lambda: [4, 8, 16, 32])  # match-code orders (powers of two)
     pred_mult: int = 2  # JEPA predictor hidden width as a multiple of d_model
 
 # %% ../nbs/00_config.ipynb #7f34f2bc
@@ -215,10 +216,12 @@ def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
     return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 # %% ../nbs/00_config.ipynb #5799d825
-SNAPSHOT_MARK = "# dormouse config snapshot, format 2\n"  # first line of every snapshot this kit writes
-OLDER_MARKS = ("# dormouse config snapshot, format 1\n",)  # first lines of snapshots an earlier kit wrote
-# Keys a format-1 snapshot lacks, with the value its run had: it ran before the key existed.
-FORMAT_2_KEYS = {"data_order": "stream"}
+SNAPSHOT_MARK = "# dormouse config snapshot, format 3\n"  # first line of every snapshot this kit writes
+FORMAT_2_MARK = "# dormouse config snapshot, format 2\n"
+OLDER_MARKS = (FORMAT_2_MARK, "# dormouse config snapshot, format 1\n")  # first lines of snapshots an earlier kit wrote
+# Keys an older snapshot lacks, with the value its run had: it ran before the key existed.
+FORMAT_2_KEYS = {"data_order": "stream"}  # lacked before format 2
+FORMAT_3_MODEL_KEYS = {"match_orders": []}  # [model] keys lacked before format 3
 MAX_CONFIG_BYTES = 1 << 20  # the biggest config file or snapshot read (a snapshot is ~2 KB)
 
 def snapshot_toml(cfg: TrainCfg) -> str:
@@ -268,6 +271,9 @@ def read_snapshot(path) -> dict:
             if k not in d:
                 d[k] = defaults[k]
     if not data.startswith(SNAPSHOT_MARK.encode()):  # an older kit's run: the keys added since, as it ran them
+        for k, v in FORMAT_3_MODEL_KEYS.items():
+            d.setdefault("model", {}).setdefault(k, list(v))
+    if not data.startswith((SNAPSHOT_MARK.encode(), FORMAT_2_MARK.encode())):
         for k, v in FORMAT_2_KEYS.items():
             d.setdefault(k, v)
     return d

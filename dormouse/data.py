@@ -4,20 +4,22 @@
 
 # %% ../nbs/03_data.ipynb #faa93b45
 from __future__ import annotations
-import hashlib, json, math, os, sys, sysconfig
+import dataclasses, hashlib, json, math, os, sys, sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import torch
-from .config import DATA_ORDERS
+import xxhash
+from .config import DATA_ORDERS, TrainCfg
 from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
+from .match import MATCH_FORMAT, unit_codes
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
 __all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'SCORE_BYTES', 'SCORE_PIECE', 'SCORE_KEY', 'CorpusError', 'cache_dir',
            'cache_write', 'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus',
-           'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus', 'load_corpus', 'default_corpus_bytes',
-           'score_bytes', 'held_units', 'HeldSample', 'score_sample']
+           'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus', 'unit_starts', 'load_corpus', 'corpus_for',
+           'default_corpus_bytes', 'score_bytes', 'held_units', 'HeldSample', 'score_sample']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
@@ -226,6 +228,8 @@ class Corpus:
     sha256: str  # hex digest of all the bytes, in layout order
     n_train: int  # bytes [0, n_train) are training data; the rest is held out
     manifest: dict | None = field(default=None, repr=False)  # a directory corpus's build record (files, splits, hashes)
+    match_orders: tuple = ()  # the orders of `match` (empty: no match codes)
+    match: np.ndarray | None = field(default=None, repr=False)  # uint16 match codes [len(data), orders], or None
 
     @property
     def n_held(self) -> int:
@@ -235,19 +239,35 @@ class Corpus:
         xy = torch.from_numpy(np.asarray(self.data[idx], dtype=np.int64))
         return xy[:, :-1].contiguous(), xy[:, 1:].contiguous()
 
+    def _codes(self, idx: np.ndarray):
+        return None if self.match is None else torch.from_numpy(self.match[idx[:, :-1]].astype(np.int64))
+
+    def _train_index(self, i: int, batch: int, seq_len: int, order: str, seed: int) -> np.ndarray:
+        return _batch_index(i * batch + np.arange(batch, dtype=np.int64), seq_len, self.n_train, order, seed)
+
+    def _eval_index(self, j: int, batch: int, seq_len: int) -> np.ndarray:
+        m = j * batch + np.arange(batch, dtype=np.int64)
+        s = keyed_sequences(m, (self.n_held - 1) // seq_len, EVAL_SEED, STREAM_EVAL)
+        return self.n_train + s[:, None] * seq_len + np.arange(seq_len + 1, dtype=np.int64)[None, :]
+
     def batch_at(self, i: int, batch: int, seq_len: int,
                  order: str = "stream",  # "shuffled" | "stream" (see DATA_ORDERS)
                  seed: int = 0,  # keys the shuffled order (the run's seed)
                 ):
         "Training batch number `i`: (x, y) int64 [batch, seq_len], a pure function of (i, batch, seq_len, order, seed)."
-        k = i * batch + np.arange(batch, dtype=np.int64)
-        return self._rows(_batch_index(k, seq_len, self.n_train, order, seed))
+        return self._rows(self._train_index(i, batch, seq_len, order, seed))
+
+    def match_at(self, i: int, batch: int, seq_len: int, order: str = "stream", seed: int = 0):
+        "The match codes of `batch_at(i, ...)`'s inputs: int64 [batch, seq_len, orders], or None without codes."
+        return self._codes(self._train_index(i, batch, seq_len, order, seed))
 
     def eval_batch(self, j: int, batch: int, seq_len: int):
         "Held-out batch number `j` of the fixed eval sample, drawn only from the held-out split."
-        m = j * batch + np.arange(batch, dtype=np.int64)
-        s = keyed_sequences(m, (self.n_held - 1) // seq_len, EVAL_SEED, STREAM_EVAL)
-        return self._rows(self.n_train + s[:, None] * seq_len + np.arange(seq_len + 1, dtype=np.int64)[None, :])
+        return self._rows(self._eval_index(j, batch, seq_len))
+
+    def eval_match(self, j: int, batch: int, seq_len: int):
+        "The match codes of `eval_batch(j, ...)`'s inputs, or None without codes."
+        return self._codes(self._eval_index(j, batch, seq_len))
 
 # %% ../nbs/03_data.ipynb #8a894399
 def _dir_corpus(root: Path, suffix: str, holdout_frac: float, seq_len: int, source: str) -> Corpus:
@@ -263,11 +283,7 @@ def _dir_corpus(root: Path, suffix: str, holdout_frac: float, seq_len: int, sour
     return Corpus(FileBytes(bin_p), source, meta["sha256"], n_train, meta)
 
 # %% ../nbs/03_data.ipynb #c43b9ec5
-def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
-                holdout_frac: float = 0.05,  # fraction held out for eval: a file's tail, or whole files of a directory
-                seq_len: int = 128,  # the run's sequence length, to check the size
-               ) -> Corpus:
-    "Open a corpus, check both splits are big enough, and split it."
+def _open_corpus(path: str | Path, holdout_frac: float, seq_len: int) -> Corpus:
     if str(path) == "":
         ver = ".".join(map(str, sys.version_info[:3]))
         source = f"<default corpus: Python {ver} standard library>"
@@ -289,6 +305,47 @@ def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for th
                           f"{holdout_frac} it needs at least {need} bytes (one sequence in each split).")
     n_train = n - max(seq_len + 1, int(n * holdout_frac))
     return Corpus(FileBytes(p), str(p), file_sha256(p), n_train)
+
+def unit_starts(corpus: Corpus) -> list[int]:
+    "Where each unit of the corpus starts: every file of a directory corpus; a single file's two splits."
+    if corpus.manifest:
+        return [f["offset"] for f in corpus.manifest["files"]]
+    return [0, corpus.n_train]
+
+def _match_codes(corpus: Corpus, orders: list[int]) -> np.ndarray:
+    "The corpus's match codes: a complete, unchanged cache entry, else computed (each unit alone) and cached."
+    key = f"match-{corpus.sha256[:16]}-{corpus.n_train}-{'-'.join(map(str, orders))}-f{MATCH_FORMAT}"
+    bin_p, meta_p, shape = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json", (len(corpus.data), len(orders))
+    try:
+        blob, meta = bin_p.read_bytes(), json.loads(meta_p.read_text())
+        if len(blob) == 2 * shape[0] * shape[1] and xxhash.xxh3_64_hexdigest(blob) == meta["xxh3_64"]:
+            return np.frombuffer(blob, dtype="<u2").reshape(shape)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no entry, a torn one or another kit's: computed again below
+    raw = np.frombuffer(bytes(corpus.data), dtype=np.uint8)
+    codes = unit_codes(raw, unit_starts(corpus), orders).astype("<u2")
+    blob = codes.tobytes()
+    try:
+        cache_write(bin_p, blob)
+        cache_write(meta_p, json.dumps({"xxh3_64": xxhash.xxh3_64_hexdigest(blob), "shape": shape}).encode())
+    except OSError:
+        pass  # an unwritable cache costs the computation next time, nothing else
+    return codes
+
+def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
+                holdout_frac: float = 0.05,  # fraction held out for eval: a file's tail, or whole files of a directory
+                seq_len: int = 128,  # the run's sequence length, to check the size
+                match_orders: list[int] | tuple = (),  # compute the match codes of these orders (`dormouse.match`)
+               ) -> Corpus:
+    "Open a corpus, check both splits are big enough, and split it; with `match_orders`, code every unit."
+    corpus = _open_corpus(path, holdout_frac, seq_len)
+    if not match_orders:
+        return corpus
+    return dataclasses.replace(corpus, match_orders=tuple(match_orders), match=_match_codes(corpus, list(match_orders)))
+
+def corpus_for(cfg: TrainCfg) -> Corpus:
+    "The corpus a plan trains on: its data, split and size check, and the match codes its model embeds."
+    return load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len, cfg.model.match_orders)
 
 def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."

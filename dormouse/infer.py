@@ -15,15 +15,16 @@ from .config import (QUANT_FORMATS, ConfigError, TrainCfg, cfg_from_dict, cfg_to
 from .rng import STREAM_SAMPLE, keyed_uniform
 from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
+from .match import stream_codes
 from .model import N_VOCAB, DormouseModel
 from .numerics import numeric_scope
 from .container import load_ckpt
 from .checkpoints import load_run_ckpt
 
 # %% auto #0
-__all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'InferenceError', 'find_config', 'infer_model_shape', 'ResolvedCfg',
-           'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError', 'is_int', 'check_generate_args',
-           'sample_byte', 'generate']
+__all__ = ['UNINFERABLE', 'FORWARD_LOCK', 'MAX_SEED', 'MATCH_CONTEXT', 'InferenceError', 'find_config', 'infer_model_shape',
+           'ResolvedCfg', 'resolve_cfg', 'InferenceModel', 'load_model_weights', 'GenerateArgError', 'is_int',
+           'check_generate_args', 'sample_byte', 'generate']
 
 # %% ../nbs/24_infer.ipynb #80b05cc3
 class InferenceError(ConfigError):
@@ -51,6 +52,8 @@ def infer_model_shape(sd: dict) -> dict:
                mlp_mult=shape("core.mlp.up.U")[0] // d)
     if "jepa.predictor.up.U" in sd:
         out["pred_mult"] = shape("jepa.predictor.up.U")[0] // d
+    if "match_emb.weight" not in sd:
+        out["match_orders"] = []  # with match_emb the orders have no tensor of their own: a config names them
     return out
 
 # %% ../nbs/24_infer.ipynb #4fc9aced
@@ -66,7 +69,8 @@ def _cfg_from_shapes(ckpt_path, sd: dict, cfg: dict | None, tables: NgramTables 
     if tables is not None:
         shape.update(ngram_orders=list(tables.orders), ngram_slots=tables.slots)
     given = dict(cfg or {})
-    missing = [k for k in UNINFERABLE if k not in (given.get("model") or {})]
+    needed = UNINFERABLE + (("match_orders",) if "match_emb.weight" in sd else ())
+    missing = [k for k in needed if k not in (given.get("model") or {})]
     if missing:
         raise InferenceError(
             f"{ckpt_path}: no config.toml at {Path(ckpt_path).parent.parent / 'config.toml'} (the run directory) "
@@ -145,15 +149,19 @@ class InferenceModel:
         return sum(p.numel() for p in self.model.parameters())
 
     def next_logits(self, context: bytes) -> np.ndarray:
-        "float64 logits [256] of the byte after `context` (cropped to the last `seq_len` bytes)."
-        ctx = bytes(context)[-self.seq_len:]
+        "float64 logits [256] of the byte after `context` (the model reads its last `seq_len` bytes, codes all of it)."
+        whole = bytes(context)
+        ctx = whole[-self.seq_len:]
         if not ctx:
             raise ValueError("next_logits: the context is empty; the model needs at least one byte")
         dev = next(self.model.parameters()).device
         x = torch.tensor(list(ctx), dtype=torch.int64, device=dev).unsqueeze(0)
+        orders = self.cfg.model.match_orders
+        match = torch.from_numpy(stream_codes(whole, orders)[-len(ctx):].astype(np.int64))[None].to(dev) \
+            if orders else None  # the codes see the whole context, as a scored unit's do
         with FORWARD_LOCK, numeric_scope(self.threads, env=_forward_env(dev)), torch.inference_mode():
             feats = None if self.tables is None else self.tables.lookup(x)
-            logits = self.model(x, self.depth, feats)
+            logits = self.model(x, self.depth, feats, match=match)
         return logits[0, -1].to("cpu", torch.float64).numpy()
 
 # %% ../nbs/24_infer.ipynb #81786814
@@ -347,13 +355,16 @@ def sample_byte(logits,  # float logits [256] of one position
     return i if i < z.size and p[i] > 0 else int(np.flatnonzero(p)[-1])  # u*total rounding up to the total
 
 # %% ../nbs/24_infer.ipynb #fcf36ba1
+MATCH_CONTEXT = 1 << 16  # bytes of a generation's text (prompt and output) its match codes read
+
 def _sample(model: InferenceModel, prompt: bytes, max_bytes: int, temperature: float, top_k: int,
             seed: int) -> Iterator[bytes]:
-    ctx = bytearray(prompt[-model.seq_len:])
+    keep = model.seq_len if not model.cfg.model.match_orders else MATCH_CONTEXT  # match codes look back further
+    ctx = bytearray(prompt[-keep:])
     for i in range(max_bytes):
         b = sample_byte(model.next_logits(ctx), temperature, top_k, seed, i)
         ctx.append(b)
-        if len(ctx) > model.seq_len:
+        if len(ctx) > keep:
             del ctx[0]
         yield bytes([b])
 

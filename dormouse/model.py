@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 from .config import ModelCfg, TrainCfg
 from .rng import STREAM_DEPTH, STREAM_INIT, keyed_normal, keyed_randint
+from .match import MATCH_VOCAB
 from .quant import FactorLinear
 
 # %% auto #0
-__all__ = ['N_VOCAB', 'HEAD_GAIN', 'factor_rank', 'resid_gain', 'RMSNorm', 'rotary', 'Attention', 'MLP', 'param_init',
-           'init_params', 'Block', 'JepaParts', 'DormouseModel', 'param_count_table', 'depth_for_step', 'freeze',
-           'make_teacher', 'ema_update', 'Losses', 'compute_losses']
+__all__ = ['N_VOCAB', 'HEAD_GAIN', 'factor_rank', 'resid_gain', 'RMSNorm', 'MatchEmbedding', 'rotary', 'Attention', 'MLP',
+           'param_init', 'init_params', 'Block', 'JepaParts', 'DormouseModel', 'param_count_table', 'depth_for_step',
+           'freeze', 'make_teacher', 'ema_update', 'Losses', 'compute_losses']
 
 # %% ../nbs/09_model.ipynb #0795a292
 N_VOCAB = 256  # bytes
@@ -43,6 +44,16 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+class MatchEmbedding(nn.Module):
+    "A learned vector per (order, match code), summed over the orders (zeros: filled by `init_params`)."
+    def __init__(self, n_orders: int, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_orders, MATCH_VOCAB, d))
+
+    def forward(self, match: torch.Tensor) -> torch.Tensor:
+        offsets = torch.arange(self.weight.shape[0], device=match.device) * MATCH_VOCAB
+        return F.embedding(match + offsets, self.weight.view(-1, self.weight.shape[-1])).sum(-2)
 
 def rotary(q: torch.Tensor) -> torch.Tensor:
     "Rotary position embedding of `q` [B, H, T, head_dim] (half-split pairs, base 10000)."
@@ -93,6 +104,8 @@ def param_init(model: nn.Module) -> dict[str, tuple[str, float]]:
                 rules[p + "bias"] = ("zeros", 0.0)
         elif isinstance(m, RMSNorm):
             rules[p + "weight"] = ("ones", 1.0)
+        elif isinstance(m, MatchEmbedding):
+            rules[p + "weight"] = ("zeros", 0.0)  # a fresh model ignores the codes until it learns what they say
     for name in ("emb", "jepa.mask_emb"):
         rules[name] = ("normal", 1.0)
     out = {}
@@ -141,7 +154,7 @@ class JepaParts(nn.Module):
 
 # %% ../nbs/09_model.ipynb #ea8fef7a
 class DormouseModel(nn.Module):
-    "Looped byte transformer: embed (+ n-gram features) -> prelude -> core x depth -> coda -> norm -> head."
+    "Looped byte transformer: embed (+ n-gram features, match codes) -> prelude -> core x depth -> coda -> head."
     def __init__(self, cfg: ModelCfg,  # the network's shape
                  aux: bool = False,  # build the JEPA mask embedding and predictor
                 ):
@@ -157,7 +170,9 @@ class DormouseModel(nn.Module):
         self.norm = RMSNorm(d)
         self.head = FactorLinear(d, N_VOCAB, factor_rank(cfg, d, N_VOCAB), bias=True, gain=HEAD_GAIN)
         if aux:
-            self.jepa = JepaParts(cfg)  # registered last: shared parameters keep their numbers (and init)
+            self.jepa = JepaParts(cfg)  # registered after the shared parameters: they keep their numbers (and init)
+        if cfg.match_orders:  # a module registered last: every other parameter keeps its number (and init)
+            self.match_emb = MatchEmbedding(len(cfg.match_orders), d)
 
     @property
     def mask_emb(self) -> nn.Parameter:
@@ -177,15 +192,30 @@ class DormouseModel(nn.Module):
     def _autocast(self, x: torch.Tensor):
         return torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=bool(self.bf16))
 
+    def _match(self, x: torch.Tensor, match: torch.Tensor | None) -> torch.Tensor | None:
+        "The sum of each order's code embedding [B, T, d], or None for a model without match codes."
+        orders = self.cfg.match_orders
+        if not orders and match is None:
+            return None
+        if match is None or not orders or tuple(match.shape) != (*x.shape, len(orders)):
+            got = "none" if match is None else f"shape {tuple(match.shape)}"
+            raise ValueError(f"match codes: this model embeds orders {orders}, so it needs codes of shape "
+                             f"{(*x.shape, len(orders))} (the corpus's `match_at`, or `match.stream_codes`); got {got}")
+        return self.match_emb(match)
+
     def embed(self, x: torch.Tensor,  # int64 bytes [B, T]
               ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
               *,
+              match: torch.Tensor | None = None,  # int64 match codes [B, T, orders] (a model with match_orders)
               mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
              ) -> torch.Tensor:
-        "The loop's input [B, T, d]: byte embedding (+ n-gram projection), `mask_emb` at masked positions."
+        "The loop's input [B, T, d]: byte embedding (+ n-gram projection, + match codes), `mask_emb` where masked."
         h = F.embedding(x, self.emb)
         if ngram is not None:
             h = h + self.ngram_proj(ngram)
+        m = self._match(x, match)
+        if m is not None:
+            h = h + m
         if mask is not None:
             if not self.aux:
                 raise ValueError("a mask needs the JEPA mask embedding: build the model with aux=True")
@@ -196,6 +226,7 @@ class DormouseModel(nn.Module):
                             depth: int,  # core-block repeats
                             ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
                             *,
+                            match: torch.Tensor | None = None,  # int64 match codes [B, T, orders], as in `embed`
                             mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
                             logits: bool = True,  # False: skip coda and head (a teacher needs only `hidden`)
                            ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -203,7 +234,7 @@ class DormouseModel(nn.Module):
         if depth < 1:
             raise ValueError(f"depth={depth} must be >= 1")
         with self._autocast(x):
-            h = self.prelude(self.embed(x, ngram, mask=mask))
+            h = self.prelude(self.embed(x, ngram, match=match, mask=mask))
             for _ in range(depth):
                 h = self.core(h)
             if not logits:
@@ -213,11 +244,12 @@ class DormouseModel(nn.Module):
 
     def forward(self, x: torch.Tensor, depth: int, ngram: torch.Tensor | None = None,
                 *,
+                match: torch.Tensor | None = None,  # int64 match codes [B, T, orders], as in `embed`
                 mask: torch.Tensor | None = None,  # JEPA mask, as in `forward_with_hidden`
                 predict: bool = False,  # also return the hidden states and the predictor's output
                ):
         "Next-byte logits [B, T, 256]; with `predict`, (logits, hidden, predictor(hidden))."
-        logits, hidden = self.forward_with_hidden(x, depth, ngram, mask=mask)
+        logits, hidden = self.forward_with_hidden(x, depth, ngram, match=match, mask=mask)
         return (logits, hidden, self.predict(hidden)) if predict else logits
 
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -282,11 +314,13 @@ def _jepa_target(pred: torch.Tensor,  # the predictor's output [B, T, d]
                  target: torch.Tensor | None,  # offline targets [n_masked, d], or None with a teacher
                  depth: int,  # core depth of the step
                  ngram: torch.Tensor | None,  # n-gram features (detached for the teacher)
+                 match: torch.Tensor | None = None,  # match codes of `x`, as in `DormouseModel.embed`
                 ) -> torch.Tensor:
     "The normalised JEPA target [B, T, d]: the teacher's hidden states, or the offline rows scattered to the mask."
     with torch.no_grad():
         if teacher is not None:
-            _, th = teacher.forward_with_hidden(x, depth, None if ngram is None else ngram.detach(), logits=False)
+            ng = None if ngram is None else ngram.detach()
+            _, th = teacher.forward_with_hidden(x, depth, ng, match=match, logits=False)
             return F.layer_norm(th, th.shape[-1:])
         # the same normalisation, row by row, scattered to [B, T, d]: the loss is then the teacher path's, bitwise
         n, d = int(mask.sum()), pred.shape[-1]
@@ -311,22 +345,24 @@ def compute_losses(model: DormouseModel,  # the student (or its DistributedDataP
                    depth: int,  # core depth of this step
                    teacher: DormouseModel | None = None,  # the EMA teacher, or None (aux off)
                    ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim]
+                   match: torch.Tensor | None = None,  # int64 match codes [B, T, orders] (a model with match_orders)
                    mask: torch.Tensor | None = None,  # bool [B, T] JEPA mask (needed with a teacher)
                    jepa_weight: float = 0.1,  # loss = ce + jepa_weight * jepa
                    target: torch.Tensor | None = None,  # offline targets [n_masked, d]: a frozen teacher's hidden[mask]
                   ) -> Losses:
     "(loss, ce, jepa); without a teacher or a `target` jepa = 0 and loss is ce."
     if teacher is None and target is None:
-        logits = model(x, depth, ngram)
+        logits = model(x, depth, ngram, match=match)
         ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
         return Losses(ce, ce, torch.zeros((), dtype=ce.dtype, device=ce.device))
     if teacher is not None and target is not None:
         raise ValueError("compute_losses: pass a teacher or a precomputed target, not both")
     if mask is None:
         raise ValueError("compute_losses with a teacher (or a target) needs the JEPA mask")
-    logits, _, pred = model(x, depth, ngram, mask=mask, predict=True)
+    logits, _, pred = model(x, depth, ngram, match=match, mask=mask, predict=True)
     ce = F.cross_entropy(logits.reshape(-1, N_VOCAB), y.reshape(-1))
-    target = _jepa_target(pred, x, mask, teacher=teacher, target=target, depth=depth, ngram=ngram)
+    target = _jepa_target(pred, x, mask, teacher=teacher, target=target, depth=depth, ngram=ngram,
+                          match=match)
     per_pos = (pred - target).pow(2).mean(-1)
     jepa = torch.where(mask, per_pos, torch.zeros_like(per_pos)).sum() / mask.sum().clamp_min(1).to(per_pos.dtype)
     return Losses(ce + jepa_weight * jepa, ce, jepa)

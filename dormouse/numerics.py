@@ -166,6 +166,7 @@ DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a nu
     "def_fingerprint": 1,  # parts.state_fingerprint: what the state fingerprint hashes, and in which order
     "def_eval_sample": 1,  # data + step.evaluate: which held-out bytes the eval scores, and how
     "def_data_order": 1,  # data.batch_at: which sequences make batch i, in both data orders
+    "def_match": 1,  # match.match_codes and data.unit_starts: the codes a corpus's bytes get
 }
 
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5

@@ -12,7 +12,7 @@ from .validate import validate
 from .checkpoints import LoadedCheckpoint, find_latest, load_run_ckpt
 from .container import CheckpointError
 from .numerics import numeric_env, run_scope
-from .data import load_corpus
+from .data import corpus_for
 from .fsio import atomic_write_bytes, fsync_dir
 from .mask import mask_stream
 from .model import DormouseModel, depth_for_step, freeze
@@ -135,7 +135,7 @@ def _precompute_inputs(cfg: TrainCfg, out_path, steps, shard_steps: int):
     steps = cfg.steps if steps is None else int(steps)
     if steps < 0 or shard_steps < 1:
         raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
         raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
                           f"({corpus.sha256[:12]}…): the corpus changed.")
@@ -149,12 +149,14 @@ def _target_steps(cfg: TrainCfg, corpus, teacher, tables, steps: int, shard_step
     records, shards, hidden, counts, rows = [], [], [], [], 0
     for s in range(steps):
         x, _ = corpus.batch_at(s + pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
+        m = corpus.match_at(s + pb, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
         mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, s)
         depth = depth_for_step(cfg, s)
         with torch.no_grad():
             xd = x.to(device)
             ngram = tables.lookup(xd) if tables is not None else None
-            _, th = teacher.forward_with_hidden(xd, depth, ngram, logits=False)
+            md = None if m is None else m.to(device)
+            _, th = teacher.forward_with_hidden(xd, depth, ngram, match=md, logits=False)
             h = th[mask.to(device)].to("cpu", torch.float32).contiguous()
         records.append({"step": s, "shard": len(shards), "offset": rows, "count": int(h.shape[0]),
                         "batch_index": s + pb, "depth": depth, "mask_sha256": mask_digest(mask)})

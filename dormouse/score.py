@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from .data import Corpus, HeldSample, score_sample
+from .match import stream_codes
 from .numerics import numeric_scope
 
 # %% auto #0
@@ -35,27 +36,35 @@ def windows(n: int,  # bytes in the unit
 
 # %% ../nbs/18b_score.ipynb #9437447b
 @torch.no_grad()
-def byte_bits(model,  # a `DormouseModel` (any module called as model(x, depth, ngram))
+def byte_bits(model,  # a `DormouseModel` (any module called as model(x, depth, ngram[, match=codes]))
               tables,  # its `NgramTables`, or None: no n-gram features
               units: list[bytes],  # the units, each scored as a stream from its first byte
               window: int,  # the longest context a byte gets (the model's seq_len)
               stride: int,  # windows start this many bytes apart
               depth: int,  # core depth of the forward
+              match_orders=(),  # the model's `match_orders`: each unit's codes are computed from the unit alone
              ) -> list[np.ndarray]:
     "Bits (-log2 p) of every byte of each unit, each predicted from up to `window` bytes of its unit before it."
     jobs = [(u, w) for u, b in enumerate(units) for w in windows(len(b), window, stride)]
     streams = [np.frombuffer(bytes([START_BYTE]) + bytes(b), dtype=np.uint8) for b in units]
+    codes = [stream_codes(s, list(match_orders)) for s in streams] if match_orders else None
     out = [np.zeros(len(b), dtype=np.float64) for b in units]
     rows, dev, was = max(1, SCORE_TOKENS // window), next(model.parameters()).device, model.training
     model.eval()
     try:
         for i in range(0, len(jobs), rows):
             xy = np.zeros((rows, window + 1), dtype=np.int64)
+            mc = np.zeros((rows, window, len(match_orders)), dtype=np.int64)
             for r, (u, (start, _, _)) in enumerate(jobs[i:i + rows]):
                 piece = streams[u][start:start + window + 1]
                 xy[r, :len(piece)] = piece
+                if codes is not None:
+                    c = codes[u][start:start + window]
+                    mc[r, :len(c)] = c
             x, y = torch.from_numpy(xy[:, :-1]).to(dev), torch.from_numpy(xy[:, 1:]).to(dev)
-            logits = model(x, depth, None if tables is None else tables.lookup(x))
+            feats = None if tables is None else tables.lookup(x)
+            logits = model(x, depth, feats, match=torch.from_numpy(mc).to(dev)) if codes is not None else \
+                model(x, depth, feats)
             lp = F.log_softmax(logits.float(), dim=-1).gather(-1, y[..., None])[..., 0]
             bits = (-lp.double() / math.log(2)).cpu().numpy()
             for r, (u, (start, lo, hi)) in enumerate(jobs[i:i + rows]):
@@ -107,13 +116,15 @@ def score(model,  # a `DormouseModel`
           stride: int | None = None,  # windows start this far apart (default: half the window)
           sample: HeldSample | None = None,  # default: `score_sample(corpus)`, what `compressor_baselines` reads
           threads: int | None = None,  # torch threads for the forward (None: the caller's)
+          match_orders: list[int] | None = None,  # the codes the model embeds (None: `model.cfg.match_orders`)
          ) -> Score:
     "Held-out bits/byte scored like a compressor, on exactly the bytes the compressors get."
     sample = score_sample(corpus) if sample is None else sample
     stride = max(1, window // 2) if stride is None else stride
     units = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units]
     with numeric_scope(threads):
-        bits = byte_bits(model, tables, units, window, stride, depth)
+        orders = model.cfg.match_orders if match_orders is None else match_orders
+        bits = byte_bits(model, tables, units, window, stride, depth, orders)
     per_unit = tuple(math.fsum(b) for b in bits)
     nbytes = sum(len(u) for u in units)
     h = hashlib.sha256()

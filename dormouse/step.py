@@ -15,7 +15,7 @@ from .parts import Parts, apply_settings
 from .dist import all_mean
 
 # %% auto #0
-__all__ = ['lr_at', 'pre_batches', 'global_batch', 'run_probes', 'train_step', 'evaluate']
+__all__ = ['lr_at', 'pre_batches', 'global_batch', 'global_match', 'run_probes', 'train_step', 'evaluate']
 
 # %% ../nbs/18_step.ipynb #dc4f04cb
 def lr_at(cfg: TrainCfg, step: int) -> float:
@@ -39,6 +39,17 @@ def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu", 
     per = cfg.batch // world
     return x.to(device), y.to(device), slice(rank * per, (rank + 1) * per)
 
+def _orders(corpus: Corpus, cfg: TrainCfg) -> None:
+    if tuple(corpus.match_orders) != tuple(cfg.model.match_orders):
+        raise ValueError(f"the corpus carries match codes of orders {list(corpus.match_orders)}, the model embeds "
+                         f"{list(cfg.model.match_orders)}: open it with `corpus_for(cfg)`")
+
+def global_match(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu"):
+    "The match codes of global batch `i`: int64 [batch, seq_len, orders], or None for a model without them."
+    _orders(corpus, cfg)
+    m = corpus.match_at(i, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
+    return None if m is None else m.to(device)
+
 # %% ../nbs/18_step.ipynb #e49437ac
 def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, *, device: str = "cpu", log=print) -> None:
     "Warm-up forwards and the quant check of a fresh run; may trip the latch."
@@ -46,15 +57,16 @@ def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, *, device: str = "cp
     with torch.no_grad():
         if cfg.warmup_forwards:
             x, _, _ = global_batch(corpus, i, cfg, device=device)
+            m = global_match(corpus, i, cfg, device=device)
             for _ in range(2):
-                parts.model(x, cfg.model.depth, parts.tables.lookup(x))
+                parts.model(x, cfg.model.depth, parts.tables.lookup(x), match=m)
             i += 1
         if cfg.quant_check:
             x, y, _ = global_batch(corpus, i, cfg, device=device)
-            feats = parts.tables.lookup(x)
-            q, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats)
+            feats, m = parts.tables.lookup(x), global_match(corpus, i, cfg, device=device)
+            q, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats, match=m)
             apply_compute_settings(parts.model, dataclasses.replace(cfg, quant="fp32"), parts.latch)
-            f, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats)
+            f, _, _ = compute_losses(parts.model, x, y, depth=cfg.model.depth, ngram=feats, match=m)
             apply_settings(parts, cfg)
             gap = abs(q.item() - f.item()) / max(abs(f.item()), 1e-12)
             said = f"{cfg.quant} loss {q.item():.4f} vs fp32 {f.item():.4f}"
@@ -66,13 +78,13 @@ def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, *, device: str = "cp
                 log(f"quant check passed: {said} (gap {gap:.4f})")
 
 # %% ../nbs/18_step.ipynb #be01d0fa
-def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, *, keep, mask, target, world: int):
+def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, *, match, keep, mask, target, world: int):
     "Loss of the step, recomputed with fp32 factors (latch tripped) if a quantised forward is not finite."
     while True:
         feats = parts.tables.lookup(x, keep if world > 1 else None)
         loss, ce, jepa = compute_losses(parts.fwd or parts.model, x[keep], y[keep], depth=depth_for_step(cfg, step),
                                         teacher=parts.teacher, ngram=feats, mask=mask, jepa_weight=cfg.jepa_weight,
-                                        target=target)
+                                        target=target, match=None if match is None else match[keep])
         jepa_t = torch.as_tensor(jepa, dtype=loss.dtype, device=loss.device)
         stats = torch.stack([loss.detach(), ce.detach(), jepa_t.detach()])
         if world > 1:
@@ -122,11 +134,12 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
     "Run training step `step`; returns its metrics row."
     lr = lr_at(cfg, step)
     x, y, keep = global_batch(corpus, step + probe_batches, cfg, device=device, rank=rank, world=world)
+    match = global_match(corpus, step + probe_batches, cfg, device=device)
     mask = None
     if cfg.aux:
         mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, step)[keep].to(device)
     target = targets.at(step, keep).to(device) if targets is not None else None
-    loss, stats = _forward(parts, cfg, step, x, y, keep=keep, mask=mask, target=target, world=world)
+    loss, stats = _forward(parts, cfg, step, x, y, match=match, keep=keep, mask=mask, target=target, world=world)
     grad_norm, refused = _backward_update(parts, cfg, loss, step=step, lr=lr, world=world)
     parts.step = step + 1
     loss_v, ce_v, jepa_v = (v.item() for v in stats)
@@ -141,6 +154,7 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str,
              stop=None,  # a callable asked before every batch: True abandons the eval and returns {}
             ) -> dict[str, float]:
     "Held-out CE (nats) and bits/byte at each of `eval_depths`; reads only the held-out split, changes no state."
+    _orders(corpus, cfg)
     was = parts.model.training
     parts.model.eval()
     out = {}
@@ -151,8 +165,9 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str,
                 parts.model.train(was)
                 return {}
             x, y = corpus.eval_batch(j, cfg.batch, cfg.seq_len)
-            x, y = x.to(device), y.to(device)
-            _, ce, _ = compute_losses(parts.model, x, y, depth=d, ngram=parts.tables.lookup(x))
+            m = corpus.eval_match(j, cfg.batch, cfg.seq_len)
+            x, y, m = x.to(device), y.to(device), None if m is None else m.to(device)
+            _, ce, _ = compute_losses(parts.model, x, y, depth=d, ngram=parts.tables.lookup(x), match=m)
             tot += ce.item()
         out[f"eval_d{d}"] = tot / cfg.eval_batches
         out[f"eval_bpb_d{d}"] = out[f"eval_d{d}"] / math.log(2)  # bits per byte: comparable with compressors

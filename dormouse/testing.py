@@ -22,7 +22,7 @@ __all__ = ['tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'writ
 def tiny_cfg(**kw) -> TrainCfg:
     "A seconds-scale config for demos and tests; keywords override fields of `TrainCfg`."
     m = ModelCfg(d_model=32, n_heads=2, depth=2, depth_min=1, depth_max=3, factor_rank=16, mlp_mult=2,
-                 ngram_orders=[2, 3], ngram_slots=1024, ngram_dim=16, pred_mult=1)
+                 ngram_orders=[2, 3], ngram_slots=1024, ngram_dim=16, pred_mult=1, match_orders=[2, 8])
     base = dict(model=m, seq_len=32, batch=4, steps=30, lr=3e-3, warmup=5, decay_start=20, decay_steps=40,
                 log_every=5, ckpt_every=10, eval_every=10, eval_batches=2, eval_depths=[1, 2], threads=1,
                 ngram_lr=0.05)  # the tests' numbers were made with it (the default, 8.0, is tuned for 2^16 slots)

@@ -15,7 +15,7 @@ from .config import (ConfigError, TrainCfg, PROGRESS_KEYS, cfg_to_dict, check_dr
                              snapshot_toml)
 from .validate import validate
 from .container import Checkpoint
-from .data import Corpus, load_corpus
+from .data import Corpus, corpus_for
 from .numerics import env_diff, env_unrecorded, numeric_env, run_scope
 from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
@@ -39,7 +39,7 @@ __all__ = ['pin_inputs', 'Resume', 'decide_resume', 'Segment', 'lineage_row', 'o
 # %% ../nbs/22_train.ipynb #943592db
 def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
     "Load the corpus (and offline targets); pin their hashes in the plan, or refuse bytes other than the run's."
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
         raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
                           f"({corpus.sha256[:12]}…): the corpus changed. Point data at the original bytes, or start "
@@ -139,7 +139,7 @@ def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is res
     di = dist_info or DistInfo()
 
     def replay(f: LoadedCheckpoint) -> dict:  # the interval `f` ends, replayed in memory under this environment
-        return verify_resume(f.ckpt, f.path, cfg, corpus or load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len), env,
+        return verify_resume(f.ckpt, f.path, cfg, corpus or corpus_for(cfg), env,
                              device=device, di=di, targets=targets, wrap=lambda p: wrap_ddp(p, device, di),
                              check=functools.partial(check_identity, cfg=cfg, run_id=run_id), verify_steps=verify_steps)
     drift, unrecorded, verified = _check_environment(found, env, allow_env_drift, replay)

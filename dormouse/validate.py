@@ -11,8 +11,8 @@ from .config import (DATA_ORDERS, QUANT_FORMATS, ConfigError, ModelCfg, TrainCfg
                              config_error, flatten, show_value, type_problems)
 
 # %% auto #0
-__all__ = ['INT_MAX', 'MAX_NGRAM_ORDERS', 'RULES', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems', 'joint_problems',
-           'plan_memory', 'machine_memory', 'memory_problems', 'validate']
+__all__ = ['INT_MAX', 'MAX_NGRAM_ORDERS', 'MATCH_ORDERS', 'RULES', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems',
+           'joint_problems', 'plan_memory', 'machine_memory', 'memory_problems', 'validate']
 
 # %% ../nbs/00b_validate.ipynb #dd0d71d2
 INT_MAX = 2**63 - 1  # the largest count a run holds (a container's step is a u64, a torch index an int64)
@@ -76,6 +76,7 @@ class Each:
 
 # %% ../nbs/00b_validate.ipynb #5a0517be
 MAX_NGRAM_ORDERS = 64  # the most n-gram orders a tables file's header holds (its reader refuses more)
+MATCH_ORDERS = (1, 2, 4, 8, 16, 32, 64)  # the orders a match code may have: powers of two (the hash doubles)
 _COUNT = Range(1, INT_MAX)  # at least one
 _STEPS = Range(0, INT_MAX)  # a number of steps, zero allowed
 _NONNEG = Range(0.0, math.inf, "[)")  # a non-negative finite number
@@ -91,6 +92,7 @@ RULES = {  # every key of the plan: its rule (a key's help is its field comment)
     "model.d_model": _COUNT, "model.n_heads": _COUNT, "model.depth": _COUNT, "model.depth_min": _COUNT,
     "model.depth_max": _COUNT, "model.factor_rank": _COUNT, "model.mlp_mult": _COUNT,
     "model.ngram_orders": Each(_COUNT, MAX_NGRAM_ORDERS, " (what a tables file's header holds)"),
+    "model.match_orders": Each(OneOf(MATCH_ORDERS), len(MATCH_ORDERS), " (one per power of two)"),
     "model.ngram_slots": _COUNT, "model.ngram_dim": _COUNT, "model.pred_mult": _COUNT,
     "data": _PATH, "data_sha256": _SHA, "data_order": OneOf(DATA_ORDERS), "holdout_frac": _OPEN01,
     "seq_len": _COUNT, "batch": _COUNT, "steps": _STEPS, "lr": _POS, "min_lr": _NONNEG, "warmup": _STEPS,
@@ -124,6 +126,9 @@ def joint_problems(cfg: TrainCfg, bad: set) -> list[str]:
     if good("model.ngram_orders", "seq_len") and any(o > cfg.seq_len for o in m.ngram_orders):
         out.append(f"model.ngram_orders = {show_value(m.ngram_orders)}: every order must be <= seq_len = {cfg.seq_len} "
                    "(a longer one sees no more bytes than a sequence holds)")
+    if good("model.match_orders") and m.match_orders != sorted(set(m.match_orders)):
+        out.append(f"model.match_orders = {show_value(m.match_orders)}: must be ascending, each order once "
+                   f"(e.g. {show_value(sorted(set(m.match_orders)))})")
     return out
 
 # %% ../nbs/00b_validate.ipynb #19470843
@@ -144,7 +149,7 @@ def plan_memory(cfg: TrainCfg) -> dict[str, int]:
     depth = m.depth_max if cfg.rand_depth else m.depth
     blk_p, blk_w = _block(m)
     proj, head = _factor(m, m.ngram_dim, d), _factor(m, d, 256, bias=True)
-    params = 256 * d + proj[0] + 3 * blk_p + d + head[0]
+    params = 256 * d + proj[0] + 3 * blk_p + d + head[0] + len(m.match_orders) * 257 * d
     formed = proj[1] + (2 + depth) * blk_w + head[1]
     if cfg.aux:
         up, down = _factor(m, d, m.pred_mult * d), _factor(m, m.pred_mult * d, d)

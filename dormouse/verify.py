@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 from .config import cfg_from_dict, read_snapshot
 from .container import CheckpointError, load_ckpt
 from .checkpoints import identity_plan, list_ckpts
-from .data import load_corpus
+from .data import corpus_for
 from .numerics import DEFINITIONS, env_diff, numeric_env, run_scope
 from .replay import Evidence, EvidenceError, UnverifiableError, replay_start, replay_steps
 from .rundir import RunDirError, RunLock, RunPaths
@@ -62,9 +62,9 @@ def _plan(ck, path: Path, paths: RunPaths, threads: int | None):
 
 def _inputs(cfg, cache: dict):
     "The plan's corpus (its pinned hash checked) and offline targets, loaded once."
-    key = (cfg.data, cfg.holdout_frac, cfg.seq_len, cfg.jepa_targets if cfg.aux else "")
+    key = (cfg.data, cfg.holdout_frac, cfg.seq_len, tuple(cfg.model.match_orders), cfg.jepa_targets if cfg.aux else "")
     if key not in cache:
-        corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+        corpus = corpus_for(cfg)
         if cfg.data_sha256 and corpus.sha256 != cfg.data_sha256:
             raise UnverifiableError(f"{corpus.source} is not the corpus the run trained on (its sha256 differs)")
         cache[key] = (corpus, open_targets(cfg.jepa_targets) if cfg.aux and cfg.jepa_targets else None)

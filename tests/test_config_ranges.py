@@ -90,7 +90,7 @@ def test_fit_refuses_before_anything_is_allocated_or_written(tmp_path, monkeypat
         raise AssertionError("fit allocated the model before validating the plan")
 
     monkeypatch.setattr(train, "build_parts", never)
-    monkeypatch.setattr(train, "load_corpus", never)
+    monkeypatch.setattr(train, "corpus_for", never)
     with pytest.raises(ConfigError, match="model.ngram_slots|n-gram tables"):
         fit(tiny_cfg(model=dataclasses.replace(tiny_cfg().model, ngram_slots=3_000_000_000)), tmp_path / "r")
     with pytest.raises(ConfigError, match="beta2 = 1.0"):

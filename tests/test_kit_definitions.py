@@ -4,7 +4,7 @@ number to bump: a checkpoint records the numbers, and a resume across a bump is 
 compared under two meanings. Each value is computed from exact inputs (no float arithmetic that a CPU could round
 differently), so it holds on any machine."""
 
-import hashlib
+import dataclasses, hashlib
 
 import pytest
 import torch
@@ -18,12 +18,14 @@ GOLDEN = {  # {definition: {version: the value its definition gives the fixed in
     "def_fingerprint": {1: "b73b4036007ee2f7"},
     "def_eval_sample": {1: "3a0df9d6ab2a14a3"},
     "def_data_order": {1: "89ed151383ed59d4"},
+    "def_match": {1: "86f45b52ac28f240"},
 }
 
 
 def fixed_parts():
     "Run state with exact values in every piece the fingerprint hashes: student, teacher, optimiser, latch, stress."
-    parts = build_parts(tiny_cfg(aux=True, stress=True, quant="fp8"))
+    cfg = tiny_cfg(aux=True, stress=True, quant="fp8")
+    parts = build_parts(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, match_orders=[])))
     with torch.no_grad():
         for k, model in enumerate((parts.model, parts.teacher)):
             for i, p in enumerate(model.parameters()):
@@ -44,7 +46,7 @@ def fixed_parts():
 def corpus(tmp_path_factory):
     p = tmp_path_factory.mktemp("defs") / "corpus.bin"
     p.write_bytes(bytes((i * 7919 + i // 251) % 256 for i in range(200_000)))
-    return load_corpus(p, 0.05, 32)
+    return load_corpus(p, 0.05, 32, match_orders=[1, 2, 4, 8, 16, 32, 64])
 
 
 def _sha(tensors) -> str:
@@ -60,6 +62,7 @@ def values(corpus) -> dict:
         "def_eval_sample": _sha(t for j in range(4) for t in corpus.eval_batch(j, 4, 32)),
         "def_data_order": _sha(t for order in ("shuffled", "stream") for i in (0, 1, 500, 12345)
                                for t in corpus.batch_at(i, 4, 32, order, 1)),
+        "def_match": _sha([torch.from_numpy(corpus.match.astype("int64"))]),
     }
 
 

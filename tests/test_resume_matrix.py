@@ -11,15 +11,18 @@ from dormouse.testing import tiny_cfg
 from dormouse.testing import assert_same_run, losses
 
 STEPS = 24
-# A covering set of feature combinations: every pair of (aux, quant, rand_depth, stress, ngram) values appears.
+# A covering set of feature combinations: every pair of (aux, quant, rand_depth, stress, ngram, match) values appears
+# (match codes are on in tiny_cfg; "nomatch" turns them off).
 COMBOS = {
     "plain": dict(),
     "aux": dict(aux=True),
     "fp8-check": dict(quant="fp8", quant_check=True),
     "aux-fp8-rand": dict(aux=True, quant="fp8", quant_check=True, rand_depth=True),
     "rand-stress": dict(rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5),
-    "aux-stress-nongram": dict(aux=True, stress=True, stress_refuse=True, stress_k=1.5, ngram=False),
+    "aux-stress-nongram-nomatch": dict(aux=True, stress=True, stress_refuse=True, stress_k=1.5, ngram=False,
+                                       match=False),
     "fp8-stress-rand-nongram": dict(quant="fp8", quant_check=True, stress=True, rand_depth=True, ngram=False),
+    "fp8-rand-nomatch": dict(quant="fp8", quant_check=True, rand_depth=True, match=False),
     "everything": dict(
         aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5
     ),
@@ -29,10 +32,12 @@ COMBOS = {
 
 def cfg_for(name, **kw):
     opts = dict(COMBOS[name])
-    ngram = opts.pop("ngram", True)
+    ngram, match = opts.pop("ngram", True), opts.pop("match", True)
     cfg = tiny_cfg(steps=STEPS, ckpt_every=4, eval_every=8, log_every=4, keep_ckpts=100, **opts, **kw)
     if not ngram:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, ngram_orders=[]))
+    if not match:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, match_orders=[]))
     return cfg
 
 

@@ -7,7 +7,7 @@ import tempfile
 import torch
 
 from dormouse.checkpoints import find_latest, save_run_ckpt
-from dormouse.data import load_corpus
+from dormouse.data import corpus_for
 from dormouse.parts import build_parts, restore, state_fingerprint, to_run_state
 from dormouse.quant import FactorLinear, forward_formats, set_quant_all
 from dormouse.rundir import RunPaths, read_jsonl
@@ -36,7 +36,7 @@ def test_fingerprint_covers_teacher_weights_and_both_forwards():
 def test_a_load_into_fresh_parts_runs_the_forward_the_run_ran():
     "A tripped int8 run's checkpoint, restored into fresh parts: every layer of student and teacher runs fp32 again."
     cfg = tiny_cfg(aux=True, quant="int8", quant_check=True, quant_tol=1e-9)
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     p = build_parts(cfg)
     run_probes(p, corpus, cfg, device="cpu", log=lambda *a: None)
     assert p.latch.tripped
@@ -60,7 +60,7 @@ def test_the_row_reports_what_ran_not_what_the_plan_says():
     # (rule: the forward that ran is the forward logged)
     "A model whose forward differs from its plan is logged as what it runs."
     cfg = tiny_cfg(quant="int8")
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     p = build_parts(cfg)
     p.model.head.quant = "fp8"
     assert train_step(p, corpus, cfg, 0, probe_batches=1, device="cpu")["quant"] == "mixed"

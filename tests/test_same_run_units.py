@@ -12,7 +12,7 @@ from dormouse.checkpoints import find_latest, save_run_ckpt
 from dormouse.config import ENV_KEYS, PROGRESS_KEYS, DriftError, check_drift, field_names, flatten
 from dormouse.config import cfg_to_dict, read_snapshot, snapshot_toml
 from dormouse.testing import flipped, with_key
-from dormouse.data import load_corpus
+from dormouse.data import corpus_for
 from dormouse.dist import DistInfo, check_fingerprints
 from dormouse.fsio import atomic_write, atomic_write_bytes
 from dormouse.mask import mask_stream
@@ -30,7 +30,7 @@ PROGRESS_KEYS_BY_NAME = {"steps", "log_every", "ckpt_every", "keep_ckpts", "eval
 
 def _trained(cfg, steps=2):
     "Parts of `cfg` after `steps` training steps (optimiser, tables and stress have state)."
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     p = build_parts(cfg)
     for s in range(steps):
         train_step(p, corpus, cfg, s, probe_batches=0, device="cpu")
@@ -83,7 +83,7 @@ def test_the_fingerprint_covers_every_piece_of_run_state():
 
 def test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch():
     cfg = tiny_cfg(batch=8)
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)
     for world in (1, 2, 4, 8):
         xs, ys = [], []
         for rank in range(world):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.config import TrainCfg
+from dormouse.config import ModelCfg, TrainCfg
 from dormouse.container import CheckpointError, load_ckpt, save_ckpt
 from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.parts import build_parts, to_run_state
@@ -294,7 +294,9 @@ def test_dormouse_verify_is_refused_while_the_run_is_written(ref):
 @pytest.mark.default_size
 def test_bf16_across_a_thread_change_is_refused_naming_the_first_step(tmp_path):
     "bf16 autocast's kernels are not MKL's: at the default model they differ between 1 and 2 threads (issue 22)."
-    cfg = TrainCfg(steps=3, ckpt_every=3, log_every=1, bf16=True, eval=False, threads=1)
+    # measured without match codes (with them the first three steps happen to reproduce, and the resume is verified)
+    cfg = TrainCfg(model=ModelCfg(match_orders=[]), steps=3, ckpt_every=3, log_every=1, bf16=True, eval=False,
+                   threads=1)
     fit(cfg, tmp_path / "run", progress=False)
     before = [f for f in _listing(tmp_path / "run") if f[0] != "run.lock"]  # the lock's note names its writer
     with pytest.raises(EnvDriftError, match=r"(?s)threads: 1 -> 2.*does not reproduce the run: step \d: fingerprint "

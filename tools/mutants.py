@@ -870,6 +870,32 @@ MUTANTS = [
               "        pass")],
         ["tests/test_pinned_corpus.py::test_corpus_rewritten_mid_run_and_restored_refuses_the_checkpoint"],
     ),
+    # match codes (issue 24): what followed the last earlier occurrence, never what follows now
+    Mutant(
+        "match_codes_peek_at_the_next_byte",
+        "a match code names the byte after the current one: the model reads the byte it must predict",
+        [edit("match.py", "out[cur[ok], oi] = raw[last[ok] + 1]",
+              "out[cur[ok], oi] = raw[np.minimum(cur[ok] + 1, n - 1)]")],
+        ["nbs/02b_match.ipynb"],
+    ),
+    Mutant(
+        "match_codes_cross_files",
+        "a file's codes match into the file before it: the units of a directory corpus run together",
+        [edit("data.py", 'return [f["offset"] for f in corpus.manifest["files"]]', "return [0]")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "match_cache_trusted_unchecked",
+        "a damaged match-code cache entry is read as the codes: the model trains on bytes the corpus does not have",
+        [edit("data.py", 'xxhash.xxh3_64_hexdigest(blob) == meta["xxh3_64"]', "True")],
+        [DATA_NB],
+    ),
+    Mutant(
+        "generation_codes_see_only_the_window",
+        "generation codes only the last seq_len bytes: a completion gets other codes than its text would when scored",
+        [edit("infer.py", "stream_codes(whole, orders)[-len(ctx):]", "stream_codes(ctx, orders)")],
+        ["nbs/24_infer.ipynb"],
+    ),
 ]
 
 
