@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 from dormouse.config import TrainCfg
 from dormouse.baselines import compressor_baselines
-from dormouse.data import load_corpus, score_sample
+from dormouse.data import load_corpus
+from dormouse.heldout import score_sample
 from dormouse.infer import load_model_weights
 from dormouse.numerics import run_scope, thread_invariant_mode
 from dormouse.parts import build_parts

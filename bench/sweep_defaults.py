@@ -22,7 +22,8 @@ from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 from dormouse.config import TrainCfg, cfg_from_dict, cfg_to_dict
 from dormouse.testing import with_key
-from dormouse.data import corpus_for, load_corpus, score_sample
+from dormouse.data import corpus_for, load_corpus
+from dormouse.heldout import score_sample
 from dormouse.numerics import run_scope
 from dormouse.parts import build_parts
 from dormouse.score import score

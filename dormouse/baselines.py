@@ -7,7 +7,8 @@ from __future__ import annotations
 import bz2, hashlib, json, lzma, sys, zlib
 from pathlib import Path
 from tqdm.auto import tqdm
-from .data import Corpus, cache_dir, cache_write, score_sample
+from .data import Corpus, cache_dir, cache_write
+from .heldout import score_sample
 
 def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()

@@ -26,7 +26,8 @@ from .train import fit
 from .verify import add_verify_parser, cmd_verify
 from .view import compare_runs, plot_run
 from .baselines import compressor_baselines, compressor_gaps
-from .data import load_corpus, score_bytes
+from .data import load_corpus
+from .heldout import score_bytes
 from .score import score
 
 # %% auto #0

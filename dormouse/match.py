@@ -8,13 +8,13 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['MATCH_NONE', 'MATCH_VOCAB', 'MAX_MATCH_ORDER', 'MATCH_FORMAT', 'GROUP_BYTES', 'match_codes', 'unit_codes',
+__all__ = ['MATCH_NONE', 'MATCH_VOCAB', 'MATCH_ORDERS', 'MATCH_FORMAT', 'GROUP_BYTES', 'match_codes', 'unit_codes',
            'stream_codes']
 
 # %% ../nbs/02b_match.ipynb #b96c780f
 MATCH_NONE = 256  # the code of a position whose k bytes have no earlier occurrence in its unit
 MATCH_VOCAB = MATCH_NONE + 1  # codes per order: the 256 bytes and MATCH_NONE
-MAX_MATCH_ORDER = 64  # the longest order; orders are powers of two up to it
+MATCH_ORDERS = (1, 2, 4, 8, 16, 32, 64)  # the orders a code may have: powers of two (the hash doubles)
 MATCH_FORMAT = 1  # version of the codes' definition (the hash, the NONE code, what a unit is)
 _PRIME = np.uint64(0x100000001B3)  # the polynomial hash's base (FNV's 64-bit prime)
 _UNIT = np.uint64(0x9E3779B97F4A7C15)  # mixes the unit number into a key: equal bytes in two units never match
@@ -31,9 +31,11 @@ def _units(n: int, starts) -> tuple[np.ndarray, np.ndarray]:
 
 def match_codes(raw: np.ndarray,  # uint8 bytes of one or more units, back to back
                 starts,  # each unit's first offset in `raw`, ascending (0 first)
-                orders: list[int],  # powers of two, ascending, at most MAX_MATCH_ORDER
+                orders: list[int],  # from MATCH_ORDERS, ascending
                ) -> np.ndarray:
     "uint16 codes [len(raw), len(orders)]: the byte after the last earlier occurrence of the k bytes ending here."
+    if list(orders) != sorted(set(orders)) or not set(orders) <= set(MATCH_ORDERS):
+        raise ValueError(f"match orders {list(orders)}: use ascending orders from {MATCH_ORDERS}")
     n = len(raw)
     out = np.full((n, len(orders)), MATCH_NONE, dtype=np.uint16)
     if n == 0 or not orders:

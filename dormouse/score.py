@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from .data import Corpus, HeldSample, score_sample
+from .data import Corpus
+from .heldout import HeldSample, score_sample
 from .match import stream_codes
 from .numerics import numeric_scope
 

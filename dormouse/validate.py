@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from .config import (DATA_ORDERS, QUANT_FORMATS, ConfigError, ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict,
                              config_error, flatten, show_value, type_problems)
+from .match import MATCH_ORDERS
 
 # %% auto #0
-__all__ = ['INT_MAX', 'MAX_NGRAM_ORDERS', 'MATCH_ORDERS', 'RULES', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems',
-           'joint_problems', 'plan_memory', 'machine_memory', 'memory_problems', 'validate']
+__all__ = ['INT_MAX', 'MAX_NGRAM_ORDERS', 'RULES', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems', 'joint_problems',
+           'plan_memory', 'machine_memory', 'memory_problems', 'validate']
 
 # %% ../nbs/00b_validate.ipynb #dd0d71d2
 INT_MAX = 2**63 - 1  # the largest count a run holds (a container's step is a u64, a torch index an int64)
@@ -76,7 +77,6 @@ class Each:
 
 # %% ../nbs/00b_validate.ipynb #5a0517be
 MAX_NGRAM_ORDERS = 64  # the most n-gram orders a tables file's header holds (its reader refuses more)
-MATCH_ORDERS = (1, 2, 4, 8, 16, 32, 64)  # the orders a match code may have: powers of two (the hash doubles)
 _COUNT = Range(1, INT_MAX)  # at least one
 _STEPS = Range(0, INT_MAX)  # a number of steps, zero allowed
 _NONNEG = Range(0.0, math.inf, "[)")  # a non-negative finite number

@@ -67,7 +67,8 @@ RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
 SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
-DATA_NB = "nbs/03_data.ipynb"  # the data chapter: the held-out sample
+DATA_NB = "nbs/03_data.ipynb"  # the data chapter: batches, match codes and their cache
+HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
 BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
@@ -600,18 +601,18 @@ MUTANTS = [
         "the held-out sample is the first files in sorted order (a few neighbouring packages), not a keyed sample",
         [
             edit(
-                "data.py",
-                "rank = sorted(units, key=lambda u: _sha(SCORE_KEY",
-                "rank = list(units) or sorted(units, key=lambda u: (SCORE_KEY",
+                "heldout.py",
+                "rank = sorted(units, key=lambda u: _rank_key(u[0]))",
+                "rank = list(units)",
             )
         ],
-        [DATA_NB],
+        [HELDOUT_NB],
     ),
     Mutant(
         "sample_skips_big_files",
         "a unit that does not fit is skipped and smaller ones taken: the sample favours small files",
-        [edit("data.py", "            break  # stop at the first that does not fit", "            continue  #")],
-        [DATA_NB],
+        [edit("heldout.py", "            break  # stop at the first that does not fit", "            continue  #")],
+        [HELDOUT_NB],
     ),
     Mutant(
         "baselines_on_the_whole_split",
