@@ -4,6 +4,7 @@
 
 # %% ../nbs/06b_digest.ipynb #dg0im000
 from __future__ import annotations
+import sys
 import numpy as np
 import torch
 from .rng import splitmix64
@@ -12,51 +13,75 @@ from .rng import splitmix64
 __all__ = ['row_hashes', 'hash_all', 'RowDigest']
 
 # %% ../nbs/06b_digest.ipynb #a4082689
-_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_M1, _M2, _M3 = 0x9E3779B97F4A7C15, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
 _ROW_KEY = 0x64696765737421  # keys rows (and the tensor) for the row hash; _ROW_KEY ^ 0xC0 keys the columns
+_LO = 0 if sys.byteorder == "little" else 1  # which int32 of an int64 word is its low half
 
-def row_hashes(rows: np.ndarray,  # [R, dim] float32 rows, C-contiguous
+def _i64(v: int) -> int:
+    "The int64 with the same 64 bits as the unsigned `v` (torch has no uint64 arithmetic)."
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    "Logical right shift of int64 words by `k` (torch's `>>` is arithmetic): the top `k` bits cleared."
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+def _keys(idx: np.ndarray, key: int) -> torch.Tensor:
+    "Odd 64-bit keys splitmix64(idx ^ key) | 1, as int64 words."
+    k = splitmix64(np.asarray(idx, dtype=np.uint64) ^ np.uint64(key)) | np.uint64(1)
+    return torch.from_numpy(k.view(np.int64))
+
+def row_hashes(rows: np.ndarray | torch.Tensor,  # [R, dim] float32 rows (a CPU tensor or an array)
                 flat: np.ndarray,  # [R] flat row numbers (order * slots + slot)
                 kind: int,  # 0 = weight, 1 = momentum
                ) -> np.ndarray:  # [R] uint64: 0 for an all-zero row
     "Keyed 64-bit hash of each row; bijective in each word of the row, so one changed word always changes it."
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    w = rows.view(np.uint64) if rows.shape[1] % 2 == 0 else rows.view(np.uint32).astype(np.uint64)
-    cols = splitmix64(np.arange(w.shape[1], dtype=np.uint64) ^ np.uint64(_ROW_KEY ^ 0xC0)) | np.uint64(1)
-    with np.errstate(over="ignore"):
-        x = w * _M1
-        x ^= x >> np.uint64(32)
-        x *= cols
-        h = x.sum(axis=1, dtype=np.uint64)
-        h ^= h >> np.uint64(33)
-        h *= _M2
-        h ^= h >> np.uint64(33)
-        h *= _M3
-        h ^= h >> np.uint64(33)
-        keys = splitmix64(np.asarray(flat, dtype=np.uint64) ^ np.uint64(_ROW_KEY + kind)) | np.uint64(1)
-        return h * keys
+    if isinstance(rows, np.ndarray):
+        rows = torch.from_numpy(np.require(rows, np.float32, ["C", "W"]))
+    rows = rows.to(torch.float32).contiguous()
+    w = rows.view(torch.int64) if rows.shape[1] % 2 == 0 else rows.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    x = w * _i64(_M1)  # int64 multiplies wrap mod 2^64: the same bits as uint64 arithmetic
+    x32 = x.view(torch.int32)  # x ^= x >> 32 is "low half ^= high half": in place on the halves
+    x32[:, _LO::2] ^= x32[:, 1 - _LO::2]
+    x *= _keys(np.arange(w.shape[1]), _ROW_KEY ^ 0xC0)
+    h = x.sum(dim=1)
+    h ^= _shr(h, 33)
+    h *= _i64(_M2)
+    h ^= _shr(h, 33)
+    h *= _i64(_M3)
+    h ^= _shr(h, 33)
+    return (h * _keys(flat, _ROW_KEY + kind)).numpy().view(np.uint64)
 
 # %% ../nbs/06b_digest.ipynb #0fc16506
 def hash_all(t: torch.Tensor, kind: int, out: np.ndarray | None = None, rows_per_pass: int = 1 << 14) -> int:
     "Sum mod 2^64 of the row hashes of a whole `[n_rows, dim]` table, in slices; fills `out` with them if given."
     total, n = np.uint64(0), t.shape[0]
     for i in range(0, n, rows_per_pass):
-        h = row_hashes(t[i:i + rows_per_pass].cpu().numpy(), np.arange(i, min(n, i + rows_per_pass)), kind)
+        h = row_hashes(t[i:i + rows_per_pass].cpu(), np.arange(i, min(n, i + rows_per_pass)), kind)
         if out is not None:
             out[i:i + len(h)] = h
         with np.errstate(over="ignore"):
             total = total + h.sum(dtype=np.uint64)
     return int(total)
 
-def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list) -> None:
+def _rehash(flat: list, r: torch.Tensor, rows: list, sums: list, rows_per_pass: int = 1 << 14) -> None:
     "Replace the stored hashes of flat rows `r` (and their share of `sums`) by those of the rows' current values."
-    rn = r.numpy()
-    for k, t in enumerate(flat):
-        new = row_hashes(t.index_select(0, r.to(t.device)).cpu().numpy(), rn, k)
-        old = rows[k][rn]
-        with np.errstate(over="ignore"):
-            sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
-        rows[k][rn] = new
+    for i in range(0, len(r), rows_per_pass):  # slices that stay in cache: 2.5x faster than one gather at 200k rows
+        ri = r[i:i + rows_per_pass]
+        rn = ri.numpy()
+        for k, t in enumerate(flat):
+            new = row_hashes(t.index_select(0, ri.to(t.device)).cpu(), rn, k)
+            old = rows[k][rn]
+            with np.errstate(over="ignore"):
+                sums[k] = int(np.uint64(sums[k]) + new.sum(dtype=np.uint64) - old.sum(dtype=np.uint64))
+            rows[k][rn] = new
+
+def _distinct(rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    "The distinct values in `rows` (each in [0, n_rows)), ascending: a mask over the rows unless `rows` is few."
+    if n_rows > 16 * len(rows):
+        return torch.unique(rows)  # a sort, O(touches log touches): the mask would cost O(n_rows)
+    mask = torch.zeros(n_rows, dtype=torch.bool)
+    mask[rows] = True
+    return mask.nonzero().squeeze(1)
 
 # %% ../nbs/06b_digest.ipynb #6413b55e
 class RowDigest:
@@ -90,8 +115,8 @@ class RowDigest:
         if not len(new):
             return
         r = rn[new]
-        self.rows[0][r] = row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu().numpy(), r, 0)
-        self.rows[1][r] = row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu().numpy(), r, 1)
+        self.rows[0][r] = row_hashes(w_rows[torch.from_numpy(new).to(w_rows.device)].cpu(), r, 0)
+        self.rows[1][r] = row_hashes(m_flat.index_select(0, torch.from_numpy(r).to(m_flat.device)).cpu(), r, 1)
         self.known[r] = True
         self.n_unknown -= len(r)
         if not self.n_unknown:
@@ -116,7 +141,7 @@ class RowDigest:
             self.sums = [hash_all(t, k, self.rows[k]) for k, t in enumerate(flat)]
             self.known = None
         elif self.dirty:
-            _rehash(flat, torch.unique(torch.cat(self.dirty)), self.rows, self.sums)
+            _rehash(flat, _distinct(torch.cat(self.dirty), len(self.rows[0])), self.rows, self.sums)
         self.dirty, self.n_dirty = [], 0
         self.seen = (weight, momentum, weight._version, momentum._version)
         return tuple(self.sums)

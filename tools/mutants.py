@@ -448,6 +448,18 @@ MUTANTS = [
         [f"{DELTAS}::test_a_delta_applied_to_another_base_is_refused_by_its_digest"],
     ),
     Mutant(
+        "row_hash_xorshift_dropped",
+        "the tables' row hash in torch int64 words drifts from its uint64 definition (fingerprints change meaning)",
+        [edit("digest.py", "    x32[:, _LO::2] ^= x32[:, 1 - _LO::2]\n", "")],
+        ["nbs/06b_digest.ipynb"],
+    ),
+    Mutant(
+        "digest_dirty_rows_lost",
+        "the rows a step touched are not rehashed: the fingerprint misses a change of the tables",
+        [edit("digest.py", "    mask[rows] = True\n", "")],
+        ["tests/test_scale_digest.py::test_incremental_equals_full_after_steps", "nbs/06b_digest.ipynb"],
+    ),
+    Mutant(
         "delta_base_id_not_checked",
         "a delta names its base by id, and nothing compares it",
         [edit("deltas.py", "    if hd.base_id != want_id:", "    if False:")],
