@@ -61,8 +61,8 @@ class TrainCfg:
     grad_clip: float = 1.0  # max global grad norm (0 disables clipping)
     seed: int = 1  # keys every random draw: init, depth, mask
     threads: int = 2  # intra-op threads: environment, not plan (a change is verified by replay); 2: faster here
-    log_every: int = 10  # steps between log lines and state fingerprints (progress)
-    ckpt_every: int = 200  # steps between checkpoints (progress)
+    log_every: int = 100  # steps between log lines and state fingerprints (progress); the bar moves every step
+    ckpt_every: int = 600  # steps between checkpoints (progress); Ctrl-C and SIGTERM checkpoint at once
     keep_ckpts: int = 3  # how many checkpoints rotation keeps (progress)
     eval: bool = True  # run held-out eval at `eval_every` (progress)
     eval_every: int = 450  # steps between evals (progress)
