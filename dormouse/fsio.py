@@ -8,9 +8,9 @@ import errno, fcntl, json, os, re, stat, tomllib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MAX_DEPTH', 'MAX_INT_DIGITS', 'MAX_LINE_BYTES', 'fsync_dir', 'atomic_write', 'atomic_write_bytes',
-           'NotRegularFileError', 'open_regular', 'path_text_problem', 'ParseError', 'read_regular', 'load_json',
-           'load_toml', 'json_type_problem']
+__all__ = ['WRITE_BEHIND', 'MAX_DEPTH', 'MAX_INT_DIGITS', 'MAX_LINE_BYTES', 'fsync_dir', 'WriteBehind', 'atomic_write',
+           'atomic_write_bytes', 'NotRegularFileError', 'open_regular', 'path_text_problem', 'ParseError',
+           'read_regular', 'load_json', 'load_toml', 'json_type_problem']
 
 # %% ../nbs/04_fsio.ipynb #9a5aa388
 def fsync_dir(d: Path):
@@ -26,6 +26,51 @@ def fsync_dir(d: Path):
     finally:
         os.close(fd)
 
+# %% ../nbs/04_fsio.ipynb #wb0cd001
+WRITE_BEHIND = 4 << 20  # bytes a large file writes between syncing and dropping its written pages from the page cache
+
+class WriteBehind:
+    "A binary file that syncs each `WRITE_BEHIND` bytes it writes and drops them from the page cache; fsyncs on close."
+    def __init__(self, f):
+        self.f = f  # the open binary file
+        self.pending = 0  # bytes written since the last drop
+        self.dropped = 0  # bytes synced and dropped so far
+        self.can_drop = hasattr(os, "posix_fadvise")  # where the platform cannot drop pages, only write
+
+    def write(self, b) -> int:
+        n = self.f.write(b)
+        self.pending += n
+        if self.can_drop and self.pending >= WRITE_BEHIND:
+            self.drop()
+        return n
+
+    def drop(self) -> None:
+        "Sync everything written so far and let the kernel reuse its pages."
+        self.f.flush()
+        os.fdatasync(self.f.fileno())
+        os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        self.dropped += self.pending
+        self.pending = 0
+
+    def close(self) -> None:
+        "The final fsync (and a last drop when the file was large enough to drop as it went)."
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        if self.dropped:
+            os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def seek(self, *a) -> int:
+        return self.f.seek(*a)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def fileno(self) -> int:
+        return self.f.fileno()
+
+    def flush(self) -> None:
+        self.f.flush()
+
 # %% ../nbs/04_fsio.ipynb #d94be6e4
 def atomic_write(path,  # the final name
                  write_fn,  # called with the open temp file (binary); writes the whole content
@@ -35,9 +80,9 @@ def atomic_write(path,  # the final name
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
+            behind = WriteBehind(f)
+            write_fn(behind)
+            behind.close()
         os.replace(tmp, path)
     except BaseException as e:
         try:
