@@ -30,7 +30,7 @@ def fsync_dir(d: Path):
 WRITE_BEHIND = 4 << 20  # bytes a large file writes between syncing and dropping its written pages from the page cache
 
 class WriteBehind:
-    "A binary file that syncs each `WRITE_BEHIND` bytes it writes and drops them from the page cache; fsyncs on close."
+    "A binary file that syncs each `WRITE_BEHIND` bytes it writes and drops them from the page cache; `sync` ends it."
     def __init__(self, f):
         self.f = f  # the open binary file
         self.pending = 0  # bytes written since the last drop
@@ -52,7 +52,7 @@ class WriteBehind:
         self.dropped += self.pending
         self.pending = 0
 
-    def close(self) -> None:
+    def sync(self) -> None:
         "The final fsync (and a last drop when the file was large enough to drop as it went)."
         self.f.flush()
         os.fsync(self.f.fileno())
@@ -60,16 +60,8 @@ class WriteBehind:
             os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
     def seek(self, *a) -> int:
+        "Move the write position (a container writes its header last, at 0)."
         return self.f.seek(*a)
-
-    def tell(self) -> int:
-        return self.f.tell()
-
-    def fileno(self) -> int:
-        return self.f.fileno()
-
-    def flush(self) -> None:
-        self.f.flush()
 
 # %% ../nbs/04_fsio.ipynb #d94be6e4
 def atomic_write(path,  # the final name
@@ -82,7 +74,7 @@ def atomic_write(path,  # the final name
         with open(tmp, "wb") as f:
             behind = WriteBehind(f)
             write_fn(behind)
-            behind.close()
+            behind.sync()
         os.replace(tmp, path)
     except BaseException as e:
         try:

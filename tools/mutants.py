@@ -454,6 +454,12 @@ MUTANTS = [
         ["nbs/06b_digest.ipynb"],
     ),
     Mutant(
+        "write_behind_never_drops",
+        "a large checkpoint file stays in the page cache: each checkpoint takes 100+ MB of fresh memory again",
+        [edit("fsio.py", "        if self.can_drop and self.pending >= WRITE_BEHIND:\n            self.drop()\n", "")],
+        ["nbs/04_fsio.ipynb"],
+    ),
+    Mutant(
         "digest_dirty_rows_lost",
         "the rows a step touched are not rehashed: the fingerprint misses a change of the tables",
         [edit("digest.py", "    mask[rows] = True\n", "")],
