@@ -44,6 +44,7 @@ BASELINE = "(unmutated library)"  # the run of every kill set with no edit: must
 # a fork of it, so a mutant pays for its tests, not for importing torch again (~2-3 s of its ~8). Never dormouse: the
 # fork imports the mutated copy.
 PRELOAD = ["torch", "numpy", "pandas", "safetensors.torch", "tqdm", "matplotlib.pyplot", "xxhash", "pytest"]
+FORKS = multiprocessing.get_context("forkserver")  # the server is single-threaded, so forking it is safe
 
 
 @dataclass
@@ -982,14 +983,15 @@ def commands(m: Mutant) -> list[list[str]]:
     return cmds
 
 
-def _pytest_in_fork(root: str, args: list, log: str) -> None:
-    "In a fork of the preloaded server: run pytest with `args` on the copy at `root`, its output into `log`."
+def _pytest_in_fork(root: str, args: list, env: dict, log: str) -> None:
+    "In a fork of the preloaded server: run pytest with `args` on the copy at `root` under `env`, output into `log`."
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.chdir(root)
-    os.environ.update(PYTHONPATH=root, PYTHONDONTWRITEBYTECODE="1")  # what the tests' own subprocesses import
-    sys.path.insert(0, root)
+    os.environ.clear()
+    os.environ.update(env)  # the same environment a subprocess gets; the tests' own subprocesses inherit it
+    sys.path.insert(0, root)  # PYTHONPATH is read at startup, and the server started before the copy existed
     sys.dont_write_bytecode = True
     import pytest
 
@@ -1008,7 +1010,7 @@ def run_command(cmd: list, root: Path, env: dict) -> tuple[int | None, str]:
             return None, ""
         return r.returncode, r.stdout + r.stderr
     log = root / "pytest-output.txt"
-    p = FORKS.Process(target=_pytest_in_fork, args=(str(root), cmd[3:], str(log)))
+    p = FORKS.Process(target=_pytest_in_fork, args=(str(root), cmd[3:], env, str(log)))
     p.start()
     p.join(TIMEOUT)
     if p.is_alive():
@@ -1055,9 +1057,6 @@ def check_anchors(todo: list) -> list[str]:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return problems
-
-
-FORKS = multiprocessing.get_context("forkserver")  # single-threaded, so forking it is safe; preloaded in main
 
 
 def main(argv=None) -> int:
