@@ -37,6 +37,8 @@ CONFIGS = {
     "L256b16": {"seq_len": 256, "batch": 16},
     "L512b8": {"seq_len": 512, "batch": 8},
     "d192": {"model.d_model": 192, "model.n_heads": 6, "model.factor_rank": 192},
+    "d160": {"model.d_model": 160, "model.factor_rank": 160},  # 4 heads of 40
+    "d192h4": {"model.d_model": 192, "model.factor_rank": 192},  # 4 heads of 48
     "d256L256b8": {"model.d_model": 256, "model.n_heads": 8, "model.factor_rank": 256, "seq_len": 256, "batch": 8},
     "depth1": {"model.depth": 1},
     "slots18": {"model.ngram_slots": 1 << 18},
