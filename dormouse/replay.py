@@ -342,8 +342,8 @@ def _hints(drift: dict, env: dict, cfg: TrainCfg) -> str:
     if "threads" not in drift:
         return ""
     if cfg.bf16:
-        return (" bf16 autocast runs kernels that are not MKL's, and they differ across thread counts whatever MKL's "
-                "mode: keep the thread count of the run.")
+        return (" bf16 autocast runs kernels that are not MKL's, and they can differ across thread counts whatever "
+                "MKL's mode: keep the thread count of the run.")
     if env.get("mkl_cbwr") not in (THREAD_INVARIANT, "unavailable"):
         return f" MKL's thread-invariant mode is not in effect here (mkl_cbwr={env.get('mkl_cbwr')!r}): {MODE_ADVICE}."
     return ""
