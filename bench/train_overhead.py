@@ -69,7 +69,7 @@ import dormouse.train as train_mod
 from dormouse.config import TrainCfg
 from dormouse.data import corpus_for
 from dormouse.model import compute_losses
-from dormouse.numerics import thread_invariant_mode
+from dormouse.numerics import cpu_facts, thread_invariant_mode
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.parts import build_parts
 from dormouse.train import fit
@@ -261,15 +261,6 @@ def alone_steps(cfg: TrainCfg, corpus, n: int, compiled: bool = False) -> list[f
     return ts
 
 
-def cpu_name() -> str:
-    "The CPU's model name as /proc/cpuinfo gives it (where there is one)."
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -316,7 +307,7 @@ def main(argv=None):
         f"batch {cfg.batch}x{cfg.seq_len}, threads {cfg.threads}, MKL mode {mkl}, torch {torch.__version__}, "
         f"{os.cpu_count()} cpus, load avg {os.getloadavg()[0]:.1f}"
     )
-    print(f"cpu: {cpu_name()}, ATen capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"cpu: {cpu_facts()['cpu_model']}, ATen capability {torch.backends.cpu.get_cpu_capability()}")
     print(
         f"fit: {cfg.steps} steps, checkpoint every {cfg.ckpt_every}, fingerprint every {cfg.log_every}, eval off, "
         f"progress off; steady window = steps {w0 + 1}..{cfg.steps - 1} ({n_win} steps); mode {a.mode}"
