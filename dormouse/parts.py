@@ -4,10 +4,11 @@
 
 # %% ../nbs/16_parts.ipynb #08f63307
 from __future__ import annotations
-import hashlib, json
+import hashlib, json, os, shutil, sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 import torch
-from .config import TrainCfg
+from .config import ConfigError, TrainCfg
 from .quant import FallbackLatch, apply_compute_settings, forward_formats
 from .ngram import NgramTables, fingerprint_update
 from .model import DormouseModel, freeze, init_params, make_teacher
@@ -15,7 +16,8 @@ from .stress import StressMonitor
 from .container import CheckpointError, RunState
 
 # %% auto #0
-__all__ = ['NEEDS', 'Parts', 'build_parts', 'apply_settings', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
+__all__ = ['COMPILE_GRAPHS', 'NEEDS', 'Parts', 'build_parts', 'apply_settings', 'compile_toolchain', 'compiled_forward',
+           'ran_forward', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
 
 # %% ../nbs/16_parts.ipynb #1667a3a4
 @dataclass
@@ -28,7 +30,8 @@ class Parts:
     latch: FallbackLatch  # one-way fp32-factor fallback
     stress: StressMonitor | None  # grad-norm monitor (stress only)
     step: int = 0  # completed steps
-    fwd: torch.nn.Module | None = None  # the DistributedDataParallel wrapper of `model` when world > 1
+    fwd: torch.nn.Module | None = None  # what the step's forward runs instead of `model`: compiled, or DDP (world > 1)
+    compiled: bool = False  # `fwd` is `model` through torch.compile (the plan's `compile`)
 
 # %% ../nbs/16_parts.ipynb #5eaf6e43
 def build_parts(cfg: TrainCfg,  # the plan
@@ -46,6 +49,8 @@ def build_parts(cfg: TrainCfg,  # the plan
     stress = StressMonitor(k=cfg.stress_k, refuse=cfg.stress_refuse) if cfg.stress else None
     parts = Parts(model, optim, teacher, tables, FallbackLatch(), stress)
     apply_settings(parts, cfg)
+    if cfg.compile:
+        parts.fwd, parts.compiled = compiled_forward(model, cfg), True
     return parts
 
 def apply_settings(parts: Parts, cfg: TrainCfg) -> None:
@@ -54,13 +59,44 @@ def apply_settings(parts: Parts, cfg: TrainCfg) -> None:
     if parts.teacher is not None:
         apply_compute_settings(parts.teacher, cfg, parts.latch)
 
+# %% ../nbs/16_parts.ipynb #0e5695a9
+COMPILE_GRAPHS = 64  # the most graphs one compiled step may build (depths x quant formats x bf16), else an error
+
+def compile_toolchain() -> str:
+    "What Inductor's CPU kernels need and this machine lacks (a C++ compiler, Python's headers), or ''."
+    cxx = os.environ.get("CXX", "g++")
+    missing = [] if shutil.which(cxx) else [f"a C++ compiler ({cxx!r} is not on PATH; $CXX names another)"]
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    missing += [] if headers.is_file() else [f"Python's C headers ({headers} is missing: the python3-dev package)"]
+    return " and ".join(missing)
+
+def compiled_forward(model: DormouseModel,  # the student; its weights stay its own (the wrapper holds no copy)
+                     cfg: TrainCfg,  # the plan: its depths decide how many graphs the step needs
+                    ) -> torch.nn.Module:
+    "`model` through torch.compile: whole graph, static shapes; a `ConfigError` if Inductor cannot build it here."
+    m = cfg.model
+    depths = m.depth_max - m.depth_min + 1 if cfg.rand_depth else 1
+    if 2 * depths > COMPILE_GRAPHS:  # a graph per depth, and per factor format once the latch trips
+        raise ConfigError(f"compile = true compiles a graph per depth: rand_depth over depth_min..depth_max = "
+                          f"{m.depth_min}..{m.depth_max} needs up to {2 * depths}, over the cap of {COMPILE_GRAPHS}; "
+                          "narrow the depth range, or set compile = false")
+    missing = compile_toolchain()
+    if missing and next(model.parameters()).device.type == "cpu":
+        raise ConfigError(f"compile = true needs {missing} to build Inductor's CPU kernels: install it, or train "
+                          "with compile = false (the same model, eager; other bits, so a new run)")
+    return torch.compile(model, fullgraph=True, dynamic=False, recompile_limit=COMPILE_GRAPHS)
+
+def ran_forward(parts: Parts) -> dict:
+    "What the training step's forward runs, read off the parts: the model's formats, and whether it is compiled."
+    return {**forward_formats(parts.model), "compiled": parts.compiled}
+
 # %% ../nbs/16_parts.ipynb #640f69cb
 def to_run_state(parts: Parts, env: dict) -> RunState:
     "The container's view of the live parts; `env` gains the forward the model runs now."
     state = RunState(step=parts.step, model=parts.model.state_dict(), optim=parts.optim.state_dict(),
                      teacher=parts.teacher.state_dict() if parts.teacher is not None else None,
                      flags=parts.latch.flags, stress=parts.stress, table_step=parts.tables.table_step,
-                     env={**env, "forward": forward_formats(parts.model)},
+                     env={**env, "forward": ran_forward(parts)},
                      latch=parts.latch.to_json())  # the latch with its trip reason: the container's meta "latch"
     return state
 

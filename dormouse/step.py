@@ -80,9 +80,10 @@ def run_probes(parts: Parts, corpus: Corpus, cfg: TrainCfg, *, device: str = "cp
 # %% ../nbs/18_step.ipynb #be01d0fa
 def _forward(parts: Parts, cfg: TrainCfg, step: int, x, y, *, match, keep, mask, target, world: int):
     "Loss of the step, recomputed with fp32 factors (latch tripped) if a quantised forward is not finite."
+    model = parts.model if parts.fwd is None else parts.fwd  # compiled (compile), or the DDP wrapper (world > 1)
     while True:
         feats = parts.tables.lookup(x, keep if world > 1 else None)
-        loss, ce, jepa = compute_losses(parts.fwd or parts.model, x[keep], y[keep], depth=depth_for_step(cfg, step),
+        loss, ce, jepa = compute_losses(model, x[keep], y[keep], depth=depth_for_step(cfg, step),
                                         teacher=parts.teacher, ngram=feats, mask=mask, jepa_weight=cfg.jepa_weight,
                                         target=target, match=None if match is None else match[keep])
         jepa_t = torch.as_tensor(jepa, dtype=loss.dtype, device=loss.device)

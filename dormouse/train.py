@@ -17,10 +17,9 @@ from .validate import validate
 from .container import Checkpoint
 from .data import Corpus, corpus_for
 from .numerics import env_diff, env_unrecorded, numeric_env, run_scope
-from .quant import forward_formats
 from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
 from .ngram import NgramTables
-from .parts import Parts, build_parts, restore, to_run_state
+from .parts import Parts, build_parts, ran_forward, restore, to_run_state
 from .step import evaluate, pre_batches, run_probes, train_step
 from .checkpoints import (CorpusChangedError, LoadedCheckpoint, check_identity, corpus_stamp, find_latest,
                                   make_identity, new_run_id)
@@ -193,11 +192,17 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     if cfg.batch % dist_info.world:
         raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {dist_info.world}")
+    if cfg.compile and dist_info.world > 1:
+        raise ConfigError(f"compile = true trains in one process; this run has {dist_info.world} (torchrun): "
+                          "set compile = false to train under DistributedDataParallel")
     if not resume:
         refuse_fresh_over_history(paths)  # history is evidence: a fresh start never replaces it
     stamp = corpus_stamp(corpus.data.path if corpus.manifest is None else "")  # a cache build: never rewritten
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
     parts = build_parts(cfg, device)
+    if parts.compiled and dist_info.lead:
+        print("compile = true: the first step at each depth compiles it (Inductor: tens of seconds on two cores the "
+              "first time, seconds from Inductor's cache)")
     started = datetime.datetime.now().isoformat(timespec="microseconds")
     r = decide_resume(parts, cfg, paths, env, allow_env_drift=allow_env_drift, device=device, corpus=corpus,
                       targets=targets, dist_info=dist_info, verify_steps=verify_steps) if resume else None
@@ -206,7 +211,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
     barrier(dist_info)  # every rank has decided fresh/resume (and read the rows it re-trains) before rank 0 writes
     if r is None:
         run_probes(parts, corpus, cfg, device=device)
-    env["forward"] = forward_formats(parts.model)  # what this segment's first step runs, read off the model
+    env["forward"] = ran_forward(parts)  # what this segment's first step runs, read off the parts
     lineage = read_lineage(paths.root) if r else []
     rows = rows_before(paths.metrics, parts.step if r else 0)  # streamed: the last PANEL_ROWS rows, bounded
     run_id = r.run_id if r and r.run_id else new_run_id(cfg, started)  # carried, or fixed at the fresh start

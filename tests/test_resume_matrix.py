@@ -27,6 +27,10 @@ COMBOS = {
         aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True, stress_refuse=True, stress_k=1.5
     ),
     "stream-fp8-check": dict(data_order="stream", quant="fp8", quant_check=True),  # the contiguous order
+    "compiled-everything": dict(  # the step through torch.compile: a graph per depth, the fp8 check's latch
+        compile=True, aux=True, quant="fp8", quant_check=True, rand_depth=True, stress=True, stress_refuse=True,
+        stress_k=1.5
+    ),
 }  # every combination above runs in the default data_order, "shuffled"
 
 

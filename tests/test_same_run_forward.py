@@ -8,7 +8,7 @@ import torch
 
 from dormouse.checkpoints import find_latest, save_run_ckpt
 from dormouse.data import corpus_for
-from dormouse.parts import build_parts, restore, state_fingerprint, to_run_state
+from dormouse.parts import build_parts, ran_forward, restore, state_fingerprint, to_run_state
 from dormouse.quant import FactorLinear, forward_formats, set_quant_all
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.step import run_probes, train_step
@@ -53,7 +53,8 @@ def test_a_load_into_fresh_parts_runs_the_forward_the_run_ran():
         assert layers and set(layers.values()) == {"fp32"}, layers
         assert forward_formats(b) == forward_formats(a)
     assert state_fingerprint(q) == state_fingerprint(p)
-    assert ck.env["forward"] == forward_formats(p.model)  # the container's record is read off the model
+    assert ck.env["forward"] == ran_forward(p)  # the container's record is read off the model
+    assert ck.env["forward"] == {**forward_formats(p.model), "compiled": False}
 
 
 def test_the_row_reports_what_ran_not_what_the_plan_says():
