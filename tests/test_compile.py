@@ -17,6 +17,7 @@ from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg, train_cmd
 from dormouse.train import fit, open_segment
+from dormouse.verify import verify
 
 CFG = tiny_cfg(steps=20, ckpt_every=10, log_every=5, keep_ckpts=10, eval_every=10, compile=True)
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,12 @@ def test_switching_compile_on_a_resume_is_drift(compiled, ref, tmp_path):
     with pytest.raises(DriftError, match=re.escape(f"compile: {compiled} -> {not compiled}")):
         fit(dataclasses.replace(CFG, compile=not compiled), run, resume=True, progress=False)
     assert [p.name for p in RunPaths(run).checkpoints()] == before
+
+
+def test_verify_replays_a_compiled_run_through_the_compiled_step(ref):
+    "`dormouse verify` of a compiled run rebuilds the compiled step from the plan and reproduces both intervals."
+    got = verify(ref, progress=False, log=lambda *a: None)
+    assert [(i.start, i.end, i.verdict) for i in got] == [(0, 10, "reproduced"), (10, 20, "reproduced")], got
 
 
 def test_a_thread_change_of_a_compiled_run_is_judged_by_the_replay(ref, tmp_path):
