@@ -311,6 +311,24 @@ MUTANTS = [
         ["tests/test_same_run_forward.py::test_the_row_reports_what_ran_not_what_the_plan_says"],
     ),
     Mutant(
+        "compiled_step_runs_eager",
+        "compile = true builds the compiled model, but the step runs the eager one: the log says compiled, falsely",
+        [edit("step.py", "    model = parts.model if parts.fwd is None else parts.fwd", "    model = parts.model")],
+        ["tests/test_compile.py::test_every_step_runs_through_the_compiled_model"],
+    ),
+    Mutant(
+        "compiled_not_logged",
+        "the container's forward record says eager for a step that ran compiled",
+        [edit("parts.py", '"compiled": parts.compiled}', '"compiled": False}')],
+        ["tests/test_compile.py::test_the_log_and_the_checkpoints_say_the_step_ran_compiled"],
+    ),
+    Mutant(
+        "older_snapshot_reads_compiled",
+        "a run from before `compile` existed reads back as compiled, so its own resume is refused as drift",
+        [edit("config.py", 'FORMAT_4_KEYS = {"compile": False}', 'FORMAT_4_KEYS = {"compile": True}')],
+        ["nbs/00_config.ipynb"],
+    ),
+    Mutant(
         "fingerprint_skips_teacher",
         "two runs whose teachers differ fingerprint the same",
         [
