@@ -8,7 +8,9 @@ import hashlib, json, os, shutil, sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from .config import ConfigError, TrainCfg
+from .dist import DistInfo
 from .quant import FallbackLatch, apply_compute_settings, forward_formats
 from .ngram import NgramTables, fingerprint_update
 from .model import DormouseModel, freeze, init_params, make_teacher
@@ -17,7 +19,7 @@ from .container import CheckpointError, RunState
 
 # %% auto #0
 __all__ = ['COMPILE_GRAPHS', 'NEEDS', 'Parts', 'build_parts', 'apply_settings', 'compile_toolchain', 'compiled_forward',
-           'ran_forward', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
+           'ran_forward', 'wrap_ddp', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
 
 # %% ../nbs/16_parts.ipynb #1667a3a4
 @dataclass
@@ -89,6 +91,14 @@ def compiled_forward(model: DormouseModel,  # the student; its weights stay its 
 def ran_forward(parts: Parts) -> dict:
     "What the training step's forward runs, read off the parts: the model's formats, and whether it is compiled."
     return {**forward_formats(parts.model), "compiled": parts.compiled}
+
+# %% ../nbs/16_parts.ipynb #1a3492a7
+def wrap_ddp(parts: Parts, device: str, dist_info: DistInfo) -> None:
+    "Under torchrun, train through a DistributedDataParallel wrapper of the student."
+    if dist_info.world > 1:
+        ids = [torch.device(device).index] if device.startswith("cuda") else None
+        parts.fwd = DistributedDataParallel(parts.model, device_ids=ids)
+
 
 # %% ../nbs/16_parts.ipynb #640f69cb
 def to_run_state(parts: Parts, env: dict) -> RunState:

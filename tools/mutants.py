@@ -368,7 +368,7 @@ MUTANTS = [
     Mutant(
         "drift_not_checked_on_resume",
         "rule 1: config.toml is not diffed on resume: a checkpoint from before plan pinning is checked by nothing",
-        [edit("train.py", "    check_drift(snapshot, cfg, where=str(paths.config))", "    pass")],
+        [edit("resume.py", "    check_drift(snapshot, cfg, where=str(paths.config))", "    pass")],
         [f"{RESUME}::test_a_checkpoint_from_before_plan_pinning_is_still_checked_against_config_toml"],
     ),
     Mutant(
@@ -386,7 +386,7 @@ MUTANTS = [
     Mutant(
         "steps_below_reached_allowed",
         "a resume with fewer steps than reached rewrites the run's history",
-        [edit("train.py", "    if cfg.steps < found.ckpt.step:", "    if False:")],
+        [edit("resume.py", "    if cfg.steps < found.ckpt.step:", "    if False:")],
         [f"{RESUME}::test_a_resume_that_would_be_another_run_is_refused_before_anything_is_written"],
     ),
     Mutant(
@@ -498,7 +498,7 @@ MUTANTS = [
     Mutant(
         "foreign_checkpoint_skipped_not_refused",
         "rule 1: another run's checkpoint whose chain does not load is skipped, and the run resumes quietly",
-        [edit("train.py", "check=pinned)", "check=None)")],
+        [edit("resume.py", "check=pinned)", "check=None)")],
         [f"{DELTAS}::test_another_runs_delta_pair_is_refused_not_skipped"],
     ),
     # the input boundary (issue 23): every value checked once, every file opened safely, every parse bounded
