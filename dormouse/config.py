@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_config.ipynb #df4701b6
 from __future__ import annotations
-import dataclasses, difflib, json, math, os, typing
+import copy, dataclasses, difflib, json, math, os, re, typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +12,11 @@ import tomli_w
 from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, load_toml, read_regular
 
 # %% auto #0
-__all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_MARK',
-           'FORMAT_3_MARK', 'FORMAT_2_MARK', 'OLDER_MARKS', 'FORMAT_2_KEYS', 'FORMAT_3_MODEL_KEYS', 'FORMAT_4_KEYS',
-           'MAX_CONFIG_BYTES', 'ModelCfg', 'TrainCfg', 'ConfigError', 'DriftError', 'field_types', 'type_word',
-           'has_type', 'show_value', 'type_problems', 'config_error', 'cfg_to_dict', 'flatten', 'field_names',
-           'snapshot_toml', 'parse_toml', 'read_snapshot', 'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift']
+__all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_FORMAT',
+           'ADDED_IN', 'MAX_CONFIG_BYTES', 'SNAPSHOT_MARK', 'ModelCfg', 'TrainCfg', 'ConfigError', 'DriftError',
+           'field_types', 'type_word', 'has_type', 'show_value', 'type_problems', 'config_error', 'cfg_to_dict',
+           'flatten', 'field_names', 'snapshot_mark', 'snapshot_format', 'snapshot_toml', 'parse_toml', 'read_snapshot',
+           'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift']
 
 # %% ../nbs/00_config.ipynb #5bbc8cc6
 QUANT_FORMATS = ("fp32", "bf16", "fp8", "int8")  # the factor formats `quant` accepts
@@ -217,15 +217,21 @@ def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
     return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 # %% ../nbs/00_config.ipynb #5799d825
-SNAPSHOT_MARK = "# dormouse config snapshot, format 4\n"  # first line of every snapshot this kit writes
-FORMAT_3_MARK = "# dormouse config snapshot, format 3\n"
-FORMAT_2_MARK = "# dormouse config snapshot, format 2\n"
-OLDER_MARKS = (FORMAT_3_MARK, FORMAT_2_MARK, "# dormouse config snapshot, format 1\n")  # what earlier kits wrote
-# Keys an older snapshot lacks, with the value its run had: it ran before the key existed.
-FORMAT_2_KEYS = {"data_order": "stream"}  # lacked before format 2
-FORMAT_3_MODEL_KEYS = {"match_orders": []}  # [model] keys lacked before format 3
-FORMAT_4_KEYS = {"compile": False}  # lacked before format 4
+SNAPSHOT_FORMAT = 4  # the format this kit writes: raised whenever a key is added
+# What each format added, with the value a run had before the key existed: ({key: value}, {[model] key: value}).
+ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {})}
 MAX_CONFIG_BYTES = 1 << 20  # the biggest config file or snapshot read (a snapshot is ~2 KB)
+
+def snapshot_mark(fmt: int) -> str:
+    "The first line of a snapshot of format `fmt`."
+    return f"# dormouse config snapshot, format {fmt}\n"
+
+SNAPSHOT_MARK = snapshot_mark(SNAPSHOT_FORMAT)  # first line of every snapshot this kit writes
+
+def snapshot_format(data: bytes) -> int:
+    "The format a snapshot's first line marks; 0: no mark (written before the snapshot carried every field)."
+    m = re.match(rb"# dormouse config snapshot, format (\d{1,6})\n", data)
+    return int(m[1]) if m else 0
 
 def snapshot_toml(cfg: TrainCfg) -> str:
     "The TOML text of the snapshot of `cfg`."
@@ -262,26 +268,26 @@ def read_snapshot(path) -> dict:
         raise ConfigError(f"{e}; {fix}") from None
     if not d:
         raise ConfigError(f"{damaged}: it holds no keys ({len(data)} bytes); {fix}")
-    marked = data.startswith(tuple(m.encode() for m in (SNAPSHOT_MARK, *OLDER_MARKS)))
-    if marked and "model" not in d:
+    fmt = snapshot_format(data)
+    if fmt > SNAPSHOT_FORMAT:
+        raise ConfigError(f"{path} is a snapshot of format {fmt}, from a newer dormouse; this one reads formats up to "
+                          f"{SNAPSHOT_FORMAT}: resume the run with the dormouse that started it, or a newer one")
+    if fmt and "model" not in d:
         raise ConfigError(f"{damaged}: it has no [model] table (a torn write?); {fix}")
     problems = type_problems(d, unknown=False)
     if problems:
         raise config_error(problems, damaged)
-    if not marked:  # written before the snapshot carried every field
+    if not fmt:  # written before the snapshot carried every field
         defaults = cfg_to_dict(TrainCfg())
         for k in LEGACY_DEFAULT_KEYS:
             if k not in d:
                 d[k] = defaults[k]
-    if not data.startswith(SNAPSHOT_MARK.encode()):  # an older kit's run: the keys added since, as it ran them
-        for k, v in FORMAT_4_KEYS.items():
-            d.setdefault(k, v)
-    if not data.startswith((SNAPSHOT_MARK.encode(), FORMAT_3_MARK.encode())):
-        for k, v in FORMAT_3_MODEL_KEYS.items():
-            d.setdefault("model", {}).setdefault(k, list(v))
-    if not data.startswith((SNAPSHOT_MARK.encode(), FORMAT_3_MARK.encode(), FORMAT_2_MARK.encode())):
-        for k, v in FORMAT_2_KEYS.items():
-            d.setdefault(k, v)
+    for n, (keys, model_keys) in ADDED_IN.items():
+        if fmt < n:  # an older kit's run: the keys added since, as it ran them
+            for k, v in keys.items():
+                d.setdefault(k, copy.copy(v))
+            for k, v in model_keys.items():
+                d.setdefault("model", {}).setdefault(k, copy.copy(v))
     return d
 
 # %% ../nbs/00_config.ipynb #673807e2

@@ -325,7 +325,13 @@ MUTANTS = [
     Mutant(
         "older_snapshot_reads_compiled",
         "a run from before `compile` existed reads back as compiled, so its own resume is refused as drift",
-        [edit("config.py", 'FORMAT_4_KEYS = {"compile": False}', 'FORMAT_4_KEYS = {"compile": True}')],
+        [edit("config.py", '4: ({"compile": False}, {})}', '4: ({"compile": True}, {})}')],
+        ["nbs/00_config.ipynb"],
+    ),
+    Mutant(
+        "newer_snapshot_read_as_this_format",
+        "a snapshot from a newer kit is read as if its new keys did not exist, instead of being refused by format",
+        [edit("config.py", "    if fmt > SNAPSHOT_FORMAT:", "    if False:")],
         ["nbs/00_config.ipynb"],
     ),
     Mutant(
