@@ -150,11 +150,27 @@ def _tf32() -> dict:
     return {"cudnn_tf32": torch.backends.cudnn.allow_tf32,
             "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
 
+def _drivers() -> dict:
+    "The CUDA driver's API version, and the NVIDIA kernel driver's version where the OS says it (else None)."
+    try:
+        v = ctypes.c_int(0)
+        ok = ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0  # e.g. 13000: the driver's API
+        api = f"{v.value // 1000}.{v.value % 1000 // 10}" if ok else None
+    except (OSError, AttributeError):
+        api = None
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        kernel = next((w for w in text.split() if w.count(".") >= 1 and w.replace(".", "").isdigit()), None)
+    except OSError:
+        kernel = None
+    return {"cuda_driver": api, "nvidia_driver": kernel}
+
 def _gpu_facts(device: str) -> dict:
-    "CUDA and cuDNN builds, the device, its math flags and variables."
+    "CUDA and cuDNN builds, the drivers, the device, its math and determinism flags and variables."
     m = torch.backends.cuda.matmul
-    return {"cuda": str(torch.version.cuda), "cudnn": torch.backends.cudnn.version(),
+    return {"cuda": str(torch.version.cuda), "cudnn": torch.backends.cudnn.version(), **_drivers(),
             "gpu": torch.cuda.get_device_name(device), "gpu_capability": list(torch.cuda.get_device_capability(device)),
+            "fill_uninitialized_memory": bool(torch.utils.deterministic.fill_uninitialized_memory),
             **_tf32(), "cuda.matmul.allow_bf16_reduced_precision_reduction": m.allow_bf16_reduced_precision_reduction,
             "cuda.matmul.allow_fp16_reduced_precision_reduction": m.allow_fp16_reduced_precision_reduction,
             "cudnn.deterministic": torch.backends.cudnn.deterministic,

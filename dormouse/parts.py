@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_parts.ipynb #08f63307
 from __future__ import annotations
-import hashlib, json, os, shutil, sysconfig
+import hashlib, inspect, json, os, shutil, sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -18,8 +18,8 @@ from .stress import StressMonitor
 from .container import CheckpointError, RunState
 
 # %% auto #0
-__all__ = ['COMPILE_GRAPHS', 'NEEDS', 'Parts', 'build_parts', 'apply_settings', 'compile_toolchain', 'compiled_forward',
-           'ran_forward', 'wrap_ddp', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
+__all__ = ['COMPILE_GRAPHS', 'NEEDS', 'Parts', 'build_parts', 'apply_settings', 'compile_cap', 'compile_toolchain',
+           'compiled_forward', 'ran_forward', 'wrap_ddp', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
 
 # %% ../nbs/16_parts.ipynb #1667a3a4
 @dataclass
@@ -64,6 +64,13 @@ def apply_settings(parts: Parts, cfg: TrainCfg) -> None:
 # %% ../nbs/16_parts.ipynb #0e5695a9
 COMPILE_GRAPHS = 64  # the most graphs one compiled step may build (depths x quant formats x bf16), else an error
 
+def compile_cap() -> tuple[int, dict]:
+    "(graphs a compiled step may build here, torch.compile's keyword allowing them): an older torch has no keyword."
+    if "recompile_limit" in inspect.signature(torch.compile).parameters:
+        return COMPILE_GRAPHS, {"recompile_limit": COMPILE_GRAPHS}
+    dyn = torch._dynamo.config  # the process's limit, which the kit does not change: it is the caller's
+    return min(COMPILE_GRAPHS, getattr(dyn, "recompile_limit", getattr(dyn, "cache_size_limit", 8))), {}
+
 def compile_toolchain() -> str:
     "What Inductor's CPU kernels need and this machine lacks (a C++ compiler, Python's headers), or ''."
     cxx = os.environ.get("CXX", "g++")
@@ -78,15 +85,16 @@ def compiled_forward(model: DormouseModel,  # the student; its weights stay its 
     "`model` through torch.compile: whole graph, static shapes; a `ConfigError` if Inductor cannot build it here."
     m = cfg.model
     depths = m.depth_max - m.depth_min + 1 if cfg.rand_depth else 1
-    if 2 * depths > COMPILE_GRAPHS:  # a graph per depth, and per factor format once the latch trips
+    cap, allow = compile_cap()
+    if 2 * depths > cap:  # a graph per depth, and per factor format once the latch trips
         raise ConfigError(f"compile = true compiles a graph per depth: rand_depth over depth_min..depth_max = "
-                          f"{m.depth_min}..{m.depth_max} needs up to {2 * depths}, over the cap of {COMPILE_GRAPHS}; "
-                          "narrow the depth range, or set compile = false")
+                          f"{m.depth_min}..{m.depth_max} needs up to {2 * depths}, over the cap of {cap} (torch "
+                          f"{torch.__version__}); narrow the depth range, or set compile = false")
     missing = compile_toolchain()
     if missing and next(model.parameters()).device.type == "cpu":
         raise ConfigError(f"compile = true needs {missing} to build Inductor's CPU kernels: install it, or train "
                           "with compile = false (the same model, eager; other bits, so a new run)")
-    return torch.compile(model, fullgraph=True, dynamic=False, recompile_limit=COMPILE_GRAPHS)
+    return torch.compile(model, fullgraph=True, dynamic=False, **allow)
 
 def ran_forward(parts: Parts) -> dict:
     "What the training step's forward runs, read off the parts: the model's formats, and whether it is compiled."
