@@ -153,6 +153,7 @@ def _train_parser(sub) -> None:
     r.add_argument("--device", default=None, help="cpu (default, or $DORMOUSE_DEVICE) or cuda")
     r.add_argument("--allow-env-drift", action="store_true", help="resume under another numeric environment (recorded)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--track", default="", metavar="NAMES", help="trackers fed each row: tensorboard,mlflow (not plan)")
     add_config_flags(t)
 
 # %% ../nbs/26_cli.ipynb #c69ad756
@@ -251,7 +252,7 @@ def cmd_train(args) -> int:
     device = check_device(args.device, "--device") if args.device else \
         check_device(os.environ.get("DORMOUSE_DEVICE") or "cpu", "DORMOUSE_DEVICE")
     df = fit(cfg, run_dir, resume=args.resume, allow_env_drift=args.allow_env_drift,
-             progress=False if args.quiet else None, device=device)
+             progress=False if args.quiet else None, device=device, trackers=args.track)
     if len(df):
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}

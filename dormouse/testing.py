@@ -16,7 +16,8 @@ from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
 __all__ = ['tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'losses', 'final_ckpt', 'stopped_at',
-           'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run', 'train_cmd', 'torchrun']
+           'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run', 'train_cmd', 'torchrun',
+           'held_train_cmd']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -185,3 +186,28 @@ def torchrun(cfg_file, run_dir, *extra,
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+# %% ../nbs/23_testing.ipynb #4d371545
+_HOLD = """import sys, time
+from pathlib import Path
+import dormouse.view as view
+at, flag = int(sys.argv[1]), Path(sys.argv[2])
+shown = view.Progress.update
+def update(self, row, rows):
+    shown(self, row, rows)
+    if row["step"] + 1 == at:
+        flag.with_suffix(".reached").write_text(str(at))
+        while not flag.with_suffix(".go").exists():
+            time.sleep(0.02)
+view.Progress.update = update
+from dormouse.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+def held_train_cmd(cfg_file, run_dir, *extra,
+                   at: int,  # hold once this many steps are logged (after step at - 1)
+                   flag,  # the hold writes FLAG.reached, then waits for FLAG.go
+                  ) -> list[str]:
+    "`train_cmd`, held after `at` steps until the test lets it go: a kill or a signal lands at that exact moment."
+    return [sys.executable, "-c", _HOLD, str(at), str(flag), *train_cmd(cfg_file, run_dir, *extra)[3:]]
+

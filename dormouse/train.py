@@ -24,6 +24,7 @@ from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunLock, RunPaths, keep_rows_before, mark_segment, metrics_frame,
                              read_lineage, refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
+from .track import Feed, select_trackers
 from .view import Progress
 
 
@@ -234,10 +235,11 @@ def fit(cfg: TrainCfg,  # the plan
         device: str | None = None,  # "cpu" (default, or $DORMOUSE_DEVICE) or "cuda"
         ckpt_background: bool = True,  # commit checkpoints on a background thread; False: in the loop (debugging)
         verify_steps: int = 0,  # a resume in a changed environment replays at least this many steps (0: the interval)
+        trackers=None,  # views of the rows: "tensorboard,mlflow", or names and Tracker objects; not plan
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg = validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model)))
-    dist_info, paths = dist_from_env(), RunPaths(Path(run_dir))
+    dist_info, paths, views = dist_from_env(), RunPaths(Path(run_dir)), select_trackers(trackers)  # refused here
     with process_group(dist_info, device or os.environ.get("DORMOUSE_DEVICE", "cpu")) as device, \
             one_run_per_process(), run_scope(cfg.threads, device), hold_run_dir(paths, resume, dist_info), \
             contextlib.ExitStack() as owned:
@@ -246,6 +248,7 @@ def fit(cfg: TrainCfg,  # the plan
         owned.callback(corpus.data.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info, targets=targets, verify_steps=verify_steps)
+        feed = owned.enter_context(Feed(views, paths.root, cfg, seg.index, enabled=seg.lead))  # rank 0's trackers
         wrap_ddp(seg.parts, device, dist_info)
         probes, t0, stopped = pre_batches(cfg), time.time(), False
         log, ui, commits = loop_helpers(seg, cfg, progress, ckpt_background)
@@ -271,6 +274,7 @@ def fit(cfg: TrainCfg,  # the plan
                 seg.rows.append(seal(row))  # its `check`: an edit of the logged row shows
                 seg.recorder.add(row)  # evidence for the next checkpoint
                 log.write(row)
+                feed.log(row)  # the trackers' view: after the row is sealed and written
                 ui.update(row, seg.rows)
                 # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
                 if save_now:

@@ -6,6 +6,7 @@ import configparser, email, os, shutil, subprocess, sys, zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """
@@ -62,6 +63,22 @@ def test_the_wheel_carries_the_settings_metadata(wheel):
     assert [r.split(";")[0].replace(" ", "") for r in meta.get_all("Requires-Dist") if "extra ==" not in r] == \
         cfg["requirements"].split()
 
+
+
+def test_the_track_extra_brings_the_trackers_packages_and_the_dev_extras_include_them(wheel):
+    "pip install 'dormouse[track]' brings what TensorBoard and MLflow need; '.[dev]' brings it too (CI runs them)."
+    cfg = settings()
+    with zipfile.ZipFile(wheel) as z:
+        meta = email.message_from_bytes(z.read(f"dormouse-{cfg['version']}.dist-info/METADATA"))
+    extra = {}
+    for r in meta.get_all("Requires-Dist"):
+        if "extra ==" in r:
+            req, _, marker = r.partition(";")
+            extra.setdefault(marker.split("==")[1].strip().strip("'\""), []).append(req.replace(" ", ""))
+    track = {str(Requirement(r)) for r in extra["track"]}
+    assert track == {str(Requirement(r)) for r in cfg["track_requirements"].split()}
+    assert track <= {str(Requirement(r)) for r in extra["dev"]}
+    assert {Requirement(r).name for r in track} == {"tensorboard", "mlflow-skinny", "sqlalchemy", "alembic"}
 
 def test_the_wheel_has_every_module_and_the_console_script(wheel):
     with zipfile.ZipFile(wheel) as z:

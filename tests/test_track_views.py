@@ -1,0 +1,114 @@
+"""Trackers are views (rule: trackers are views): not plan, so adding or removing one on a resume is not drift and the
+run is the run without them; a tracker that fails is reported once, marked in lineage.jsonl and switched off, and the
+run stays bitwise the run without trackers; a tracker whose package is missing is refused in one line naming the
+extra, before anything is written; and a run with trackers leaves no thread and no file of the run open."""
+
+import dataclasses, os, subprocess, sys, threading
+
+import pytest
+
+from dormouse.config import ConfigError, field_names
+from dormouse.rundir import read_lineage
+from dormouse.testing import assert_same_run, tiny_cfg, train_cmd
+from dormouse.track import Tracker
+from dormouse.track_mlflow import MLflowTracker
+from dormouse.track_tensorboard import TensorBoardTracker, read_scalars
+from dormouse.train import fit
+
+CFG = tiny_cfg(steps=30)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    "The run with no tracker at all."
+    d = tmp_path_factory.mktemp("plain") / "run"
+    fit(CFG, d, progress=False)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def no_tracking_uri(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_adding_and_removing_trackers_on_a_resume_is_not_drift_and_the_run_is_the_same(plain, tmp_path):
+    run = tmp_path / "run"
+    fit(dataclasses.replace(CFG, steps=10), run, progress=False, trackers="tensorboard,mlflow")
+    fit(dataclasses.replace(CFG, steps=20), run, resume=True, progress=False)  # removed: not drift
+    fit(CFG, run, resume=True, progress=False, trackers=["tensorboard"])  # added again: not drift
+    assert_same_run(plain, run)
+    assert (run / "config.toml").read_bytes() == (plain / "config.toml").read_bytes()  # the plan never names one
+    assert not any("track" in k for k in field_names()), "a tracker is not a config key"
+    assert [s.get("trackers") for s in read_lineage(run)] == [["tensorboard", "mlflow"], None, ["tensorboard"]]
+    # TensorBoard shows the segments it fed: steps 0-9, then 20-29
+    assert [s for s, _ in read_scalars(run / "tensorboard")["loss"]] == [*range(10), *range(20, 30)]
+
+
+class BreaksAt(Tracker):
+    "A tracker whose `log` raises at one step, counting every call it gets."
+    name = "breaks"
+
+    def __init__(self, step):
+        self.step, self.calls = step, []
+
+    def log(self, step, values):
+        self.calls.append(step)
+        if step == self.step:
+            raise OSError(28, "No space left on device")
+
+
+def test_a_failing_tracker_is_reported_once_switched_off_marked_and_the_run_is_the_run_without(plain, tmp_path, capfd):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("a regular file where a directory should be")
+    breaks = BreaksAt(7)
+    trackers = [TensorBoardTracker(logdir=blocker / "tb"),  # cannot create its directory: fails at open
+                MLflowTracker(tracking_uri=f"sqlite:///{blocker}/mlflow.db"),  # cannot create its store
+                breaks]  # fails mid-run
+    df = fit(CFG, tmp_path / "run", progress=False, trackers=trackers)
+    assert len(df) == CFG.steps
+    err = capfd.readouterr().err
+    for name in ("tensorboard", "mlflow", "breaks"):
+        assert err.count(f"tracker {name} failed") == 1, err  # reported once
+    assert breaks.calls == list(range(8)), "a failed tracker is switched off: never called again"
+    off = read_lineage(tmp_path / "run")[-1]["trackers_off"]
+    assert set(off) == {"tensorboard", "mlflow", "breaks"} and off["breaks"].startswith("step 7: OSError")
+    assert off["tensorboard"].startswith("open: ") and off["mlflow"].startswith("open: ")
+    assert_same_run(plain, tmp_path / "run")
+
+
+@pytest.mark.parametrize("module, name", [("tensorboard", "tensorboard"), ("mlflow", "mlflow"),
+                                          ("sqlalchemy", "mlflow")])
+def test_a_tracker_whose_package_is_missing_is_refused_naming_the_extra_before_anything_is_written(
+        module, name, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` fails, as where it is not installed
+    with pytest.raises(ConfigError, match=rf"tracker {name} needs {module}, not installed: pip install "
+                                          r"'dormouse\[track\]'"):
+        fit(CFG, tmp_path / "run", progress=False, trackers=[name])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("track, said", [
+    ("mlflow", "dormouse: error: tracker mlflow needs mlflow, not installed: pip install 'dormouse[track]'"),
+    ("wandb", "dormouse: error: unknown tracker 'wandb': use tensorboard or mlflow, or pass a tracker object"),
+])
+def test_the_command_line_refuses_a_tracker_it_cannot_run_in_one_line(track, said, tmp_path):
+    cfg_file = tmp_path / "cfg.toml"
+    cfg_file.write_text("steps = 3\n")
+    hide = "import sys; sys.modules['mlflow'] = None; from dormouse.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", hide, *train_cmd(cfg_file, tmp_path / "run", "--track", track)[3:]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith(said), r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_with_trackers_leaves_no_thread_and_no_file_of_the_run_open(tmp_path):
+    fit(tiny_cfg(steps=3), tmp_path / "warm", progress=False, trackers="tensorboard,mlflow")  # imports done
+    threads = sorted(t.name for t in threading.enumerate())
+    run = tmp_path / "run"
+    fit(tiny_cfg(steps=12), run, progress=False, trackers="tensorboard,mlflow")
+    assert sorted(t.name for t in threading.enumerate()) == threads
+    fd_dir = f"/proc/{os.getpid()}/fd"
+    held = [os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir) if os.path.exists(f"{fd_dir}/{fd}")]
+    assert not [p for p in held if p.startswith(str(run))], "a file of the run is still open"
+    assert (run / "mlflow" / "mlflow.db").exists() and list((run / "tensorboard").iterdir())
