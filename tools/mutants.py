@@ -78,6 +78,9 @@ HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
 BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
+TRACK_VIEWS = "tests/test_track_views.py"  # issue 41: trackers are views
+TRACK_TB_NB = "nbs/21e_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
+TRACK_ML_NB = "nbs/21f_track_mlflow.ipynb"  # the MLflow tracker across a resume
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
@@ -944,6 +947,51 @@ MUTANTS = [
         "generation codes only the last seq_len bytes: a completion gets other codes than its text would when scored",
         [edit("infer.py", "stream_codes(whole, orders)[-len(ctx):]", "stream_codes(ctx, orders)")],
         ["nbs/24_infer.ipynb"],
+    ),
+    # issue 41: trackers are views (track, track_tensorboard, track_mlflow)
+    Mutant(
+        "tracker_purge_step_dropped",
+        "TensorBoard's writer names no purge step: after a kill and a resume it shows the re-trained steps twice",
+        [edit("track_tensorboard.py", "SummaryWriter(str(logdir), purge_step=run.start)",
+              "SummaryWriter(str(logdir))")],
+        [TRACK_TB_NB],
+    ),
+    Mutant(
+        "mlflow_run_not_continued",
+        "a resume opens a new MLflow run instead of the one the run directory kept: one experiment, scattered runs",
+        [edit("track_mlflow.py", "self.run_id = ids.get(uri)", "self.run_id = None")],
+        [TRACK_ML_NB],
+    ),
+    Mutant(
+        "mlflow_resent_steps_logged_twice",
+        "the steps a resume re-sends are logged again: MLflow, which keeps every value, holds them twice",
+        [edit("track_mlflow.py", "for k, v in values.items() if held.get(k) != v]", "for k, v in values.items()]")],
+        [TRACK_ML_NB],
+    ),
+    Mutant(
+        "failing_tracker_kept_on",
+        "a tracker that raised is still called: a failing store is hit, and reported, at every row",
+        [edit("track.py", "                self.trackers.remove(t)\n", "")],
+        [f"{TRACK_VIEWS}::test_a_failing_tracker_is_reported_once_switched_off_marked_and_the_run_is_the_run_without"],
+    ),
+    Mutant(
+        "failing_tracker_not_marked_in_lineage",
+        "a tracker switched off leaves no mark in lineage.jsonl: the run's record hides that a view stopped",
+        [edit("track.py", "            mark_segment(self.root, self.segment, trackers_off=dict(self.off))",
+              "            pass")],
+        [f"{TRACK_VIEWS}::test_a_failing_tracker_is_reported_once_switched_off_marked_and_the_run_is_the_run_without"],
+    ),
+    Mutant(
+        "tracker_package_not_checked",
+        "a tracker whose package is missing is not refused up front: the run starts and its view silently is not",
+        [edit("track.py", 'if gone := missing_packages(getattr(t, "packages", ())):', "if gone := []:")],
+        [f"{TRACK_VIEWS}::test_a_tracker_whose_package_is_missing_is_refused_naming_the_extra_before_anything_is_written"],
+    ),
+    Mutant(
+        "mlflow_store_left_open",
+        "the MLflow tracker leaves its SQLite store open after the run: fit does not leave the process as it found it",
+        [edit("track_mlflow.py", "            store.engine.dispose()", "            pass")],
+        [f"{TRACK_VIEWS}::test_a_run_with_trackers_leaves_no_thread_and_no_file_of_the_run_open"],
     ),
 ]
 
