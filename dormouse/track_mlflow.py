@@ -55,6 +55,8 @@ class MLflowTracker:
         self.client, self.root, ids_file = MlflowClient(tracking_uri=uri), run.root, home / "runs.json"
         ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
         self.run_id = ids.get(uri)
+        if self.run_id and self.client.get_run(self.run_id).data.tags.get("dormouse.run_id") != run.run_id:
+            self.run_id = None  # another dormouse run's (its directory reused by a fresh run): this run gets its own
         if self.run_id is None:
             self.run_id = self._create(run, home if uri == default else None)
             atomic_write_bytes(ids_file, json.dumps({**ids, uri: self.run_id}, indent=1).encode())

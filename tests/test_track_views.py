@@ -3,7 +3,7 @@ run is the run without them; a tracker that fails is reported once, marked in li
 run stays bitwise the run without trackers; a tracker whose package is missing is refused in one line naming the
 extra, before anything is written; and a run with trackers leaves no thread and no file of the run open."""
 
-import dataclasses, os, subprocess, sys, threading
+import dataclasses, json, os, shutil, subprocess, sys, threading
 
 import pytest
 
@@ -42,6 +42,23 @@ def test_adding_and_removing_trackers_on_a_resume_is_not_drift_and_the_run_is_th
     assert [s.get("trackers") for s in read_lineage(run)] == [["tensorboard", "mlflow"], None, ["tensorboard"]]
     # TensorBoard shows the segments it fed: steps 0-9, then 20-29
     assert [s for s, _ in read_scalars(run / "tensorboard")["loss"]] == [*range(10), *range(20, 30)]
+    told = Told()
+    fit(CFG, run, resume=True, progress=False, trackers=[told])  # nothing to train: no segment, nothing to tell
+    assert told.calls == [] and len(read_lineage(run)) == 3
+
+
+class Told(Tracker):
+    "A tracker that keeps every call it gets."
+    name = "told"
+
+    def __init__(self):
+        self.calls = []
+
+    def open(self, run):
+        self.calls.append("open")
+
+    def log(self, step, values):
+        self.calls.append(step)
 
 
 class BreaksAt(Tracker):
@@ -112,3 +129,22 @@ def test_a_run_with_trackers_leaves_no_thread_and_no_file_of_the_run_open(tmp_pa
     held = [os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir) if os.path.exists(f"{fd_dir}/{fd}")]
     assert not [p for p in held if p.startswith(str(run))], "a file of the run is still open"
     assert (run / "mlflow" / "mlflow.db").exists() and list((run / "tensorboard").iterdir())
+
+
+def test_a_fresh_run_in_a_directory_another_run_left_its_mlflow_store_in_gets_an_mlflow_run_of_its_own(tmp_path):
+    run = tmp_path / "run"
+    fit(tiny_cfg(steps=3), run, progress=False, trackers="mlflow")
+    for p in run.iterdir():  # everything but the MLflow store: a fresh run may start here
+        if p.is_dir() and p.name != "mlflow":
+            shutil.rmtree(p)
+        elif p.is_file():
+            p.unlink()
+    fit(tiny_cfg(steps=3, seed=2), run, progress=False, trackers="mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{(run / 'mlflow' / 'mlflow.db').resolve()}"
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("dormouse").experiment_id])
+    assert len(runs) == 2 and len({r.data.tags["dormouse.run_id"] for r in runs}) == 2  # one per dormouse run
+    kept = json.loads((run / "mlflow" / "runs.json").read_text())[uri]
+    assert client.get_run(kept).data.tags["dormouse.run_id"] == read_lineage(run)[0]["run_id"]
