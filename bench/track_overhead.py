@@ -12,6 +12,9 @@ wall time, and prints three ratios of steps/s, with / without (1.0 = free, highe
   steady  the steps after --warm: the cost of feeding each row, once the trackers are open
   call    the whole `fit` call, opening and closing included (closing waits for the trackers: the MLflow run's last
           batch, its loss plot, its status)
+and, less at the mercy of neighbours, the CPU seconds the feed's thread used (its own clock: importing tensorboard and
+mlflow, creating the store, every row, every flush, the plot) as a share of the whole process's CPU seconds in `fit`.
+That share is what the trackers take from the cores the step could use; it does not count waits for the GIL.
 The headline is the loop ratio, the median over rounds (target >= 0.99). Absolute steps/s on a shared 2-core machine
 swing with whatever else runs, so the figure means something only when nothing else does: a ratio printed beside
 another job is noise, and a NOISY line says so when the rounds disagree by more than the target's margin.
@@ -24,12 +27,21 @@ import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ONE = """import json, sys, time
+import dormouse.track as track
 from dormouse.config import TrainCfg
 from dormouse.train import fit
-steps, run, track = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-t0 = time.perf_counter()
-df = fit(TrainCfg(steps=steps), run, progress=False, trackers=track or None)
-print(json.dumps({"call": time.perf_counter() - t0, "t": df.t.tolist()}))
+steps, run, names = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+work, feed_cpu = track.Feed._work, []
+def timed(self):
+    try:
+        work(self)
+    finally:
+        feed_cpu.append(time.thread_time())  # the feed thread's own CPU seconds, read as it ends
+track.Feed._work = timed
+t0, cpu0 = time.perf_counter(), time.process_time()
+df = fit(TrainCfg(steps=steps), run, progress=False, trackers=names or None)
+print(json.dumps({"call": time.perf_counter() - t0, "cpu": time.process_time() - cpu0, "feed_cpu": sum(feed_cpu),
+                  "t": df.t.tolist()}))
 """
 TARGET = 0.99
 
@@ -45,9 +57,10 @@ def one(steps: int, run: Path, track: str) -> dict:
 
 
 def rates(m: dict, warm: int) -> dict:
-    "Steps per second of a run: over its loop, over its steps after `warm`, and over the whole call."
+    "Steps per second of a run (over its loop, its steps after `warm`, the whole call), and its feed's CPU share."
     t = m["t"]
-    return {"loop": len(t) / t[-1], "steady": (len(t) - warm) / (t[-1] - t[warm - 1]), "call": len(t) / m["call"]}
+    return {"loop": len(t) / t[-1], "steady": (len(t) - warm) / (t[-1] - t[warm - 1]), "call": len(t) / m["call"],
+            "feed_share": m["feed_cpu"] / m["cpu"], "feed_cpu": m["feed_cpu"]}
 
 
 def main(argv=None) -> int:
@@ -61,7 +74,7 @@ def main(argv=None) -> int:
     scratch = Path(a.dir or tempfile.mkdtemp(prefix="track_overhead_"))
     print(f"fit with tensorboard+mlflow / without: {a.rounds} round(s) of {a.steps} default-model steps, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start", flush=True)
-    ratios = {"loop": [], "steady": [], "call": []}
+    ratios, shares = {"loop": [], "steady": [], "call": []}, []
     try:
         for i in range(a.rounds):
             got = {}
@@ -71,13 +84,17 @@ def main(argv=None) -> int:
                 shutil.rmtree(run)
             for k in ratios:
                 ratios[k].append(got[True][k] / got[False][k])
+            shares.append(got[True]["feed_share"])
             print(f"round {i + 1}: steps/s without {got[False]['loop']:.3f}, with {got[True]['loop']:.3f}; "
-                  + ", ".join(f"{k} {ratios[k][-1]:.4f}" for k in ratios), flush=True)
+                  + ", ".join(f"{k} {ratios[k][-1]:.4f}" for k in ratios)
+                  + f"; the feed's thread used {got[True]['feed_cpu']:.1f} CPU s, {shares[-1]:.2%} of the run's",
+                  flush=True)
     finally:
         if a.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
     head = statistics.median(ratios["loop"])
-    print("medians: " + ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in ratios.items()))
+    print("medians: " + ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in ratios.items())
+          + f"; the feed's CPU share {statistics.median(shares):.2%}")
     if len(ratios["loop"]) > 1 and max(ratios["loop"]) - min(ratios["loop"]) > 1 - TARGET:
         print(f"NOISY: the rounds' loop ratios span {min(ratios['loop']):.4f}-{max(ratios['loop']):.4f}, more than "
               f"the target's margin: measure again with nothing else running")
