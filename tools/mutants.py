@@ -78,6 +78,7 @@ HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
 BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
+TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
@@ -101,7 +102,7 @@ MUTANTS = [
         "teacher_not_frozen_after_load",
         "item 1: restore rebuilds the teacher from the student and loads its record without the freeze",
         [
-            edit("parts.py", "import hashlib, json", "import copy, hashlib, json"),
+            edit("parts.py", "import hashlib, inspect, json", "import copy, hashlib, inspect, json"),
             edit(
                 "parts.py",
                 "            parts.teacher.load_state_dict(ck.teacher)",
@@ -367,9 +368,10 @@ MUTANTS = [
     # resuming
     Mutant(
         "env_drift_not_checked",
-        "a resume under another numeric environment goes ahead unrecorded",
-        [edit("numerics.py", "drift = env_diff(saved, now) if saved is not None else {}", "drift = {}")],
-        [f"{UNITS}::test_environment_drift_is_refused_naming_the_key_unless_allowed"],
+        "a resume under another numeric environment goes ahead unrecorded, its interval not replayed whole",
+        [edit("resume.py", "    drift = env_diff(found.ckpt.env, env) if found.ckpt.env is not None else {}",
+              "    drift = {}")],
+        ["tests/test_verify_resume.py::test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same"],
     ),
     Mutant(
         "drift_not_checked_on_resume",
@@ -541,7 +543,7 @@ MUTANTS = [
     Mutant(
         "huge_cli_integer_unchecked",
         "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
-        [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
+        [edit("flags.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
         [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
     ),
     Mutant(
@@ -835,17 +837,17 @@ MUTANTS = [
     Mutant(
         "evidence_not_compared",
         "a resume re-trains the steps after its checkpoint without comparing them with the run's rows",
-        [edit("replay.py", '        rec = self.recorded.get(row["step"])', "        rec = None")],
+        [edit("evidence.py", '        rec = self.recorded.get(row["step"])', "        rec = None")],
         ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
     ),
     Mutant(
         "evidence_compared_only_at_checkpoints",
-        "the overlap check looks only at checkpoint steps: a difference between them goes unseen",
+        "the overlap check looks only at fingerprinted steps: a loss that differs between them goes unseen",
         [
             edit(
                 "train.py",
-                "                seg.overlap.check(row)  # a step",
-                "                seg.overlap.check(row) if save_now else None  # a step",
+                "    seg.overlap.check(row)  # a step",
+                '    seg.overlap.check(row) if row["fingerprint"] else None  # a step',
             )
         ],
         ["tests/test_verify_resume.py::test_a_killed_run_resumes_comparing_every_step_it_re_trains"],
@@ -859,13 +861,13 @@ MUTANTS = [
     Mutant(
         "verified_resume_not_recorded",
         "a resume verified by replay leaves no record of what was verified in lineage.jsonl",
-        [edit("train.py", '"env_verified": r.env_verified,', '"env_verified": None,')],
+        [edit("train.py", '"env_verified": o.env_verified,', '"env_verified": None,')],
         ["tests/test_verify_resume.py::test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same"],
     ),
     Mutant(
         "overlap_mismatch_only_warned",
         "a re-trained step that differs from the run's row is a warning, and the diverged run goes on",
-        [edit("replay.py", "        if self.waived:", "        if True:")],
+        [edit("evidence.py", "        if self.waived:", "        if True:")],
         ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
     ),
     Mutant(
@@ -944,6 +946,124 @@ MUTANTS = [
         "generation codes only the last seq_len bytes: a completion gets other codes than its text would when scored",
         [edit("infer.py", "stream_codes(whole, orders)[-len(ctx):]", "stream_codes(ctx, orders)")],
         ["nbs/24_infer.ipynb"],
+    ),
+    # issue 39 (proof): replay before trust, code is environment, verify proves the curve, a corpus is its bytes
+    Mutant(
+        "replay_before_trust_skipped",
+        "a resume whose environment record is unchanged trusts its checkpoint: an SDPA switch flipped in the process "
+        "trains another run",
+        [edit("resume.py", "    replayed = None if allow_env_drift else replay(found, whole=bool(drift))",
+              "    replayed = replay(found, whole=True) if drift and not allow_env_drift else None")],
+        [f"{TRUST}::test_a_resume_after_flipping_an_sdpa_switch_is_refused_naming_the_step",
+         f"{TRUST}::test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_which"],
+    ),
+    Mutant(
+        "changed_record_replays_only_the_first_steps",
+        "a resume whose environment record changed replays only the first steps of the interval, not all of it",
+        [edit("replay.py", "        stop = replay_stop(ev, None if drift else verify_steps)",
+              "        stop = replay_stop(ev, verify_steps)")],
+        [f"{TRUST}::test_a_changed_record_still_replays_the_whole_interval"],
+    ),
+    Mutant(
+        "unverified_resume_recorded_as_replayed",
+        "a resume with nothing to replay is recorded as if a replay had proved it",
+        [edit("replay.py", "        return Replayed(ck.step, ck.step, 0, 0, unverified=str(e))",
+              "        return Replayed(ck.step, ck.step, 0, 0)")],
+        [f"{TRUST}::test_nothing_to_replay_with_the_record_unchanged_resumes_unverified_and_says_so"],
+    ),
+    Mutant(
+        "kit_code_not_recorded",
+        "the environment record holds the kit's version only: a kit edited in place resumes as the same run",
+        [edit("numerics.py", '           "kit_code": kit_code(), **DEFINITIONS}', "           **DEFINITIONS}")],
+        [f"{TRUST}::test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes"],
+    ),
+    Mutant(
+        "kit_code_hashes_only_its_roots",
+        "the kit's code is hashed without the modules a step imports: an edit to the model is not a change",
+        [edit("numerics.py", "                todo += re.findall(", "                todo += [] and re.findall(")],
+        [f"{TRUST}::test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes"],
+    ),
+    Mutant(
+        "curve_resealed_edit_unseen",
+        "dormouse verify compares the rows with their seals only: a row edited and resealed passes",
+        [edit("evidence.py", '            if what := row_disagrees(r, *held[step].at(step), "logged", exact=True):',
+              '            if what := "":')],
+        [f"{TRUST}::test_verify_of_an_edited_row_fails_naming_the_step[edited-and-resealed]"],
+    ),
+    Mutant(
+        "curve_missing_rows_unseen",
+        "a step the evidence holds and the curve lacks is not named: a dropped row passes",
+        [edit("evidence.py", "    disagree[kinds[2]] = sorted(set(held) - seen)", "    disagree[kinds[2]] = []")],
+        [f"{TRUST}::test_verify_names_missing_and_duplicated_rows_and_says_what_it_covered"],
+    ),
+    Mutant(
+        "verify_passes_what_it_could_not_verify",
+        "dormouse verify exits 0 though the newest checkpoint is corrupt and its interval was never verified",
+        [edit("verify.py", '        return "unverifiable" if any(i.verdict == "unverifiable" for i in self.intervals)',
+              '        return "reproduced" if any(i.verdict == "unverifiable" for i in self.intervals)')],
+        [f"{TRUST}::test_verify_of_a_run_with_a_corrupt_newest_checkpoint_exits_non_zero"],
+    ),
+    Mutant(
+        "verify_threads_unchecked",
+        "dormouse verify --threads 0 is read as the plan's, --threads -3 fails after output has started",
+        [edit("verify.py", "    _check_threads(threads)\n", "")],
+        [f"{TRUST}::test_verify_bad_arguments_are_one_line_before_any_output"],
+    ),
+    Mutant(
+        "corpus_known_by_its_path",
+        "a run moved with its corpus to another path is refused as drift although the bytes are the pinned ones",
+        [edit("config.py", "            continue  # the same bytes, found at another path",
+              "            pass  # the same bytes, found at another path")],
+        ["tests/test_resume_keys.py::test_a_run_moved_with_its_corpus_resumes_and_verifies_with_data"],
+    ),
+    Mutant(
+        "corpus_form_unchecked",
+        "a directory's bytes given as one file resume: the same sha256, another split, another run",
+        [edit("resume.py", "    if was_file != is_file:", "    if False:")],
+        ["tests/test_resume_keys.py::test_the_same_bytes_in_another_form_are_refused"],
+    ),
+    Mutant(
+        "corpus_bytes_unchecked_at_a_new_path",
+        "the corpus at a new path is taken on its path's word: other bytes resume under the pinned hash",
+        [edit("data.py", "    if cfg.data_sha256 and corpus.sha256 != cfg.data_sha256:", "    if False:")],
+        ["tests/test_resume_keys.py::test_other_bytes_at_any_path_are_refused_and_an_older_plan_names_its_path"],
+    ),
+    Mutant(
+        "lineage_names_no_corpus_path",
+        "a segment's lineage row does not say which path its corpus was read from",
+        [edit("train.py", '"data": cfg.data,', '"data": None,')],
+        ["tests/test_resume_keys.py::test_a_run_moved_with_its_corpus_resumes_and_verifies_with_data"],
+    ),
+    Mutant(
+        "fit_arguments_unchecked",
+        "fit(progress='x') is accepted, and a bad verify_steps fails deep in a resume",
+        [edit("train.py", "    if progress not in (None, True, False):", "    if False:"),
+         edit("train.py", "isinstance(verify_steps, bool) or verify_steps < 1:", "isinstance(verify_steps, bool):")],
+        [f"{TRUST}::test_fit_refuses_each_bad_argument_in_one_line_naming_it"],
+    ),
+    Mutant(
+        "ctrl_c_while_importing_is_a_traceback",
+        "Ctrl-C while the command imports torch prints a KeyboardInterrupt traceback",
+        [edit("console.py", "    except KeyboardInterrupt:", "    except OSError:")],
+        [f"{TRUST}::test_ctrl_c_while_the_command_imports_is_one_line_and_130"],
+    ),
+    Mutant(
+        "inspect_reads_a_tables_file_as_a_container",
+        "dormouse inspect calls a tables file a truncated v1 container claiming gigabytes",
+        [edit("report.py", "        if kind:\n", "        if False:\n")],
+        ["tests/test_cli_errors.py::test_inspect_names_a_tables_file_as_one"],
+    ),
+    Mutant(
+        "failed_commit_leaves_its_tables_file",
+        "a container write that fails (a full disk) leaves the tables file it would have named",
+        [edit("checkpoints.py", "            Path(written).unlink(missing_ok=True)", "            pass")],
+        ["tests/test_cli_errors.py::test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing"],
+    ),
+    Mutant(
+        "one_line_joins_sentences_with_a_semicolon",
+        "a refusal of several sentences reads '.;' where one sentence ends and the next begins",
+        [edit("cli.py", 'out.endswith((":", ".", ";"))', 'out.endswith(":")')],
+        ["tests/test_cli_errors.py::test_bad_input_is_one_line[another corpus, unpinned]"],
     ),
 ]
 
