@@ -20,7 +20,7 @@ from .targets import TargetsError, open_targets
 from .numerics import EnvDriftError, check_device
 from .rundir import RunPaths, read_jsonl
 from .train import fit
-from .replay import UnverifiableError
+from .replay import VERIFY_STEPS, UnverifiableError
 from .verify import EXIT_STATUS, verify
 from .view import compare_runs, plot_run
 from .baselines import compressor_baselines, compressor_gaps
@@ -70,7 +70,8 @@ def cmd_train(args) -> int:
     cfg = validate(train_cfg_from_args(args))
     device = check_device(args.device, "--device") if args.device else None  # None: fit reads $DORMOUSE_DEVICE
     df = fit(cfg, run_dir, resume=args.resume, allow_env_drift=args.allow_env_drift,
-             progress=False if args.quiet else None, device=device)
+             progress=False if args.quiet else None, device=device,
+             verify_steps=VERIFY_STEPS if args.verify_steps is None else args.verify_steps)
     if len(df):
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}

@@ -129,7 +129,10 @@ def _train_parser(sub) -> None:
     r.add_argument("--run-dir", default="runs/default", help="run directory (default: runs/default)")
     r.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     r.add_argument("--device", default=None, help="cpu (default, or $DORMOUSE_DEVICE) or cuda")
-    r.add_argument("--allow-env-drift", action="store_true", help="resume under another numeric environment (recorded)")
+    r.add_argument("--allow-env-drift", action="store_true", help="resume without the replay before trust, under any "
+                   "numeric environment (recorded as unverified)")
+    r.add_argument("--verify-steps", type=int, metavar="N", help="steps of its checkpoint's interval a resume replays "
+                   "before it trusts it (default: 16; the whole interval when the environment changed)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_flags(t)
 

@@ -135,11 +135,7 @@ def _precompute_inputs(cfg: TrainCfg, out_path, steps, shard_steps: int):
     steps = cfg.steps if steps is None else int(steps)
     if steps < 0 or shard_steps < 1:
         raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
-    corpus = corpus_for(cfg)
-    if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
-        raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
-                          f"({corpus.sha256[:12]}…): the corpus changed.")
-    return cfg, out, steps, corpus
+    return cfg, out, steps, corpus_for(cfg)  # refuses bytes other than a pinned data_sha256's
 
 # %% ../nbs/20_precompute.ipynb #2ea9d84b
 def _target_steps(cfg: TrainCfg, corpus, teacher, tables, steps: int, shard_steps: int, d: Path, device: str,

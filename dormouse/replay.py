@@ -130,9 +130,9 @@ def _refusal(drift: dict, saved: dict, path: Path, span: str, differs: str, hint
                 f"{drift_lines(drift, saved)}\nReplaying steps {span} under this environment does not reproduce the "
                 f"run: {differs}.{hints}{WAIVER}")
     return (f"resume refused: replaying steps {span} (the interval {path.name} ends) does not reproduce the run: "
-            f"{differs}. No key of the environment record differs, so something it does not capture changed: a "
-            "backend setting made in this process (torch.backends.cuda.enable_flash_sdp, for one, also picks the CPU "
-            "attention kernel), or the hardware. Resume in a fresh process (in a notebook: restart the kernel), or "
+            f"{differs}. No key of the environment record differs, so something it does not capture does: a "
+            "backend setting made in this process, for one (torch.backends.cuda.enable_flash_sdp also picks the CPU "
+            "attention kernel). Resume in a fresh process (in a notebook: restart the kernel), or "
             "pass allow_env_drift=True (--allow-env-drift) to continue anyway, recorded in lineage.jsonl as "
             "unverified.")
 

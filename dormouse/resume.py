@@ -123,7 +123,7 @@ def _same_form(cfg: TrainCfg, found: LoadedCheckpoint, corpus: Corpus | None, sn
 def _check_environment(found: LoadedCheckpoint, env: dict, allow_env_drift: bool, replay) -> tuple[dict, list, object]:
     "(drift {key: [checkpoint's, now]}, keys unrecorded, `Replayed`): replayed before trust, or waived (None)."
     drift = env_diff(found.ckpt.env, env) if found.ckpt.env is not None else {}
-    replayed = None if allow_env_drift else replay(found, whole=bool(drift))  # refuses what it cannot reproduce
+    replayed = None if allow_env_drift else replay(found)  # the whole interval if `drift`; refuses what differs
     return {k: [a, b] for k, (a, b) in drift.items()}, env_unrecorded(found.ckpt.env, env), replayed
 
 def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is restored into them
@@ -148,10 +148,10 @@ def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is res
     di = dist_info or DistInfo()
     check = functools.partial(check_identity, cfg=cfg, run_id=run_id)
 
-    def replay(f: LoadedCheckpoint, whole: bool) -> Replayed:  # the interval `f` ends, in memory, in this process
+    def replay(f: LoadedCheckpoint) -> Replayed:  # the interval `f` ends, in memory, in this process
         return verify_resume(f.ckpt, f.path, cfg, corpus or corpus_for(cfg), env, device=device, di=di,
                              targets=targets, check=check, wrap=lambda p: wrap_ddp(p, device, di),
-                             verify_steps=None if whole else verify_steps)
+                             verify_steps=verify_steps)
     drift, unrecorded, replayed = _check_environment(found, env, allow_env_drift, replay)
     legacy = restore(parts, found.ckpt, found.tables, cfg, path=found.path)  # refuses what the plan needs and lacks
     print(f"resumed {paths.root} at step {found.ckpt.step} from {found.path.name}")

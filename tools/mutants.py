@@ -952,8 +952,8 @@ MUTANTS = [
         "replay_before_trust_skipped",
         "a resume whose environment record is unchanged trusts its checkpoint: an SDPA switch flipped in the process "
         "trains another run",
-        [edit("resume.py", "    replayed = None if allow_env_drift else replay(found, whole=bool(drift))",
-              "    replayed = replay(found, whole=True) if drift and not allow_env_drift else None")],
+        [edit("resume.py", "    replayed = None if allow_env_drift else replay(found)",
+              "    replayed = replay(found) if drift and not allow_env_drift else None")],
         [f"{TRUST}::test_a_resume_after_flipping_an_sdpa_switch_is_refused_naming_the_step",
          f"{TRUST}::test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_which"],
     ),
