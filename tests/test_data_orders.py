@@ -44,8 +44,9 @@ def test_resume_reads_the_batches_of_the_uninterrupted_run(order, monkeypatch, t
     first = list(log)
     log.clear()
     fit(cfg, tmp_path / "resumed", resume=True, progress=False)
-    second = list(log)
+    replayed, second = log[:2], log[2:]  # the replay before trust (steps 4-5: the interval ending at 6), then 6-11
     assert [i for i, _ in whole] == [0, 1] + [s + pb for s in range(12)]  # probes first, then step s reads s + pb
+    assert replayed == whole[pb + 4:pb + 6]  # the replay reads the very batches those steps read
     assert first + second == whole  # the resume neither repeats nor skips a batch: the same bytes, in the same order
     assert [i for i, _ in second] == [s + pb for s in range(6, 12)]  # no probes on a resume, no shift
 

@@ -82,7 +82,7 @@ def _replayed_or_refused(r, run, frm, to, interval):
     """A world-size change went through the replay: verified and recorded in lineage, or refused (exit 2 from rank 0)
     naming the first differing step and world_size, with no traceback of dormouse's."""
     out = r.stdout + r.stderr
-    assert "verifying the environment change (world_size" in out, out
+    assert "before trusting the environment change (world_size" in out, out
     assert f"replaying steps {interval} in memory" in out, out
     assert 'dormouse/' not in "".join(ln for ln in r.stderr.splitlines() if ln.lstrip().startswith("File ")), out
     if r.returncode == 0:

@@ -771,9 +771,9 @@ MUTANTS = [
     ),
     Mutant(
         "moved_corpus_without_a_way_on",
-        "a moved corpus is refused as drift on data without saying to put it back or link it",
+        "a corpus refused as drift on data (other bytes, or a plan that pins none) is not told how to go on",
         [edit("config.py", 'if "data" in diffs else ""', 'if False else ""')],
-        [f"{RESUME_KEYS}::test_a_moved_corpus_is_refused_saying_to_put_it_back_and_a_link_resumes"],
+        [f"{RESUME_KEYS}::test_other_bytes_at_any_path_are_refused_and_an_older_plan_names_its_path"],
     ),
     Mutant(
         "generate_prints_the_prompt_first",
