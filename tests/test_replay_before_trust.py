@@ -280,6 +280,7 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path):
     "A real SIGINT, sent while Python imports torch for the command: `dormouse: interrupted`, exit 130."
     code = textwrap.dedent("""
         import builtins, os, signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts it (a test runner may ignore it)
         real = builtins.__import__
         def importing(name, *a, **kw):
             if name == "torch":
