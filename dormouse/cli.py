@@ -12,6 +12,7 @@ from .container import CheckpointError
 from .report import describe
 from .commit import CommitError
 from .data import CorpusError, corpus_for
+from .dist import dist_from_env
 from .infer import generate, load_model_weights
 from .serve import serve
 from .tables_file import TablesError
@@ -141,7 +142,8 @@ def cmd_verify(args) -> int:
         print(f"dormouse: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_STATUS["unverifiable"]
     n = sum(i.verdict == "reproduced" for i in got.intervals)
-    print(f"{n} of {len(got.intervals)} interval(s) reproduced bit for bit; {VERDICTS[got.status]}")
+    if dist_from_env().lead:  # under torchrun: said once
+        print(f"{n} of {len(got.intervals)} interval(s) reproduced bit for bit; {VERDICTS[got.status]}")
     return EXIT_STATUS[got.status]
 
 # %% ../nbs/26_cli.ipynb #6dbaec12

@@ -49,6 +49,7 @@ class TrainCfg:
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
+    micro_batch: int = 0  # sequences per microbatch, the unit every sum runs over in one order (0: the whole batch)
     steps: int = 1800  # total steps of the run (progress: extending a run is a resume)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the decay
@@ -218,9 +219,10 @@ def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
     return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 # %% ../nbs/00_config.ipynb #5799d825
-SNAPSHOT_FORMAT = 4  # the format this kit writes: raised whenever a key is added
+SNAPSHOT_FORMAT = 5  # the format this kit writes: raised whenever a key is added
 # What each format added, with the value a run had before the key existed: ({key: value}, {[model] key: value}).
-ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {})}
+ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {}),
+            5: ({"micro_batch": 0}, {})}
 MAX_CONFIG_BYTES = 1 << 20  # the biggest config file or snapshot read (a snapshot is ~2 KB)
 
 def snapshot_mark(fmt: int) -> str:

@@ -50,7 +50,7 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
                  ev: Evidence,  # what to compare with
                  stop: int,  # the step to stop at (exclusive): at most `ev.end`
                  device: str = "cpu",
-                 di: DistInfo | None = None,  # this process's place (DDP: `parts.fwd` is the wrapper)
+                 di: DistInfo | None = None,  # this process's place: its rank's microbatches, summed with every rank's
                  targets=None,  # the run's offline JEPA targets, if it has them
                  on_step=None,  # called with each step replayed (a progress bar)
                 ) -> Replayed:
@@ -142,10 +142,9 @@ def verify_resume(ck,  # the checkpoint a resume continues (a loaded `Checkpoint
                   env: dict,  # this process's numeric environment
                   *,
                   device: str = "cpu",
-                  di: DistInfo | None = None,  # this process's place (DDP: `wrap` makes the replay's wrapper)
+                  di: DistInfo | None = None,  # this process's place: every rank replays its microbatches
                   targets=None,  # the run's offline JEPA targets, if it has them
                   check=None,  # check(ck, path) of the start checkpoint
-                  wrap=None,  # wrap(parts): the loop's DDP wrapper, under torchrun
                   verify_steps: int = VERIFY_STEPS,  # the steps replayed when the environment record is unchanged
                  ) -> Replayed:
     "Replay before trust: the first steps of the interval `ck` ends (all of it if the environment changed), or refuse."
@@ -168,8 +167,6 @@ def verify_resume(ck,  # the checkpoint a resume continues (a loaded `Checkpoint
     span, what = f"{ev.start}-{stop - 1}", f"the environment change ({', '.join(drift)})" if drift else path.name
     if di.lead:
         print(f"replaying steps {span} in memory before trusting {what}")
-    if wrap is not None:
-        wrap(parts)
     got = replay_steps(parts, corpus, cfg, ev, stop, device, di, targets)
     if got.differs:
         raise EnvDriftError(_refusal(drift, ck.env, path, span, got.differs, _hints(drift, env, cfg)))

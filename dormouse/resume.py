@@ -13,7 +13,7 @@ from .data import Corpus, corpus_for
 from .numerics import env_diff, env_unrecorded
 from .dist import DistInfo
 from .ngram import NgramTables
-from .parts import Parts, restore, wrap_ddp
+from .parts import Parts, restore
 from .checkpoints import LoadedCheckpoint, check_identity, find_latest, identity_plan, new_run_id
 from .evidence import Overlap, overlap_for, waiver
 from .replay import VERIFY_STEPS, Replayed, verify_resume
@@ -150,11 +150,12 @@ def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is res
 
     def replay(f: LoadedCheckpoint) -> Replayed:  # the interval `f` ends, in memory, in this process
         return verify_resume(f.ckpt, f.path, cfg, corpus or corpus_for(cfg), env, device=device, di=di,
-                             targets=targets, check=check, wrap=lambda p: wrap_ddp(p, device, di),
+                             targets=targets, check=check,
                              verify_steps=verify_steps)
     drift, unrecorded, replayed = _check_environment(found, env, allow_env_drift, replay)
     legacy = restore(parts, found.ckpt, found.tables, cfg, path=found.path)  # refuses what the plan needs and lacks
-    print(f"resumed {paths.root} at step {found.ckpt.step} from {found.path.name}")
+    if di.lead:  # said once under torchrun
+        print(f"resumed {paths.root} at step {found.ckpt.step} from {found.path.name}")
     identity = found.checked  # the run's identity is carried unchanged
     overlap = overlap_for(paths, cfg.steps, env, found.ckpt.step, lineage, waiver(allow_env_drift, legacy), di.lead)
     return Start(kind="resume", step=found.ckpt.step, run_id=identity["run_id"] if identity else run_id or

@@ -15,8 +15,8 @@ from .validate import validate
 from .data import Corpus, corpus_for
 from .numerics import check_device, numeric_env, run_scope
 from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
-from .parts import Parts, build_parts, ran_forward, to_run_state, wrap_ddp
-from .step import evaluate, pre_batches, run_probes, train_step
+from .parts import Parts, build_parts, ran_forward, to_run_state
+from .step import check_world, evaluate, pre_batches, run_probes, train_step
 from .checkpoints import CorpusChangedError, corpus_stamp, make_identity, new_run_id
 from .evidence import Overlap, Recorder, seal
 from .replay import VERIFY_STEPS, agreed_fingerprint
@@ -106,11 +106,10 @@ def fresh_start(parts: Parts, cfg: TrainCfg, corpus: Corpus, env: dict, started:
 
 def _check_world(cfg: TrainCfg, dist_info: DistInfo) -> None:
     "Refuse a plan this number of processes cannot train."
-    if cfg.batch % dist_info.world:
-        raise ConfigError(f"batch={cfg.batch} must be a multiple of the world size {dist_info.world}")
     if cfg.compile and dist_info.world > 1:
         raise ConfigError(f"compile = true trains in one process; this run has {dist_info.world} (torchrun): "
-                          "set compile = false to train under DistributedDataParallel")
+                          "set compile = false to train on several workers")
+    check_world(cfg, dist_info.world)  # the step's microbatches shared evenly, or one line naming micro_batch
 
 def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
                  *,
@@ -149,7 +148,6 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         keep_rows_before(paths.metrics, seg.start)  # streamed, atomically
         write_jsonl(paths.lineage, origin.lineage + [lineage_row(seg, cfg, started)])
     barrier(dist_info)
-    wrap_ddp(parts, device, dist_info)  # under torchrun: the loop's forward is DistributedDataParallel's
     return seg
 
 # %% ../nbs/22_train.ipynb #18e1afae

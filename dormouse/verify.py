@@ -13,10 +13,12 @@ from .config import ConfigError, cfg_from_dict, read_snapshot
 from .container import CheckpointError, load_ckpt
 from .checkpoints import identity_plan, list_ckpts
 from .data import CorpusError, corpus_for
+from .dist import DistInfo, dist_from_env, process_group
 from .numerics import DEFINITIONS, check_device, env_diff, numeric_env, run_scope
 from .evidence import CurveCheck, EvidenceError, check_curve, container_evidence, steps_text
 from .replay import UnverifiableError, replay_start, replay_steps
 from .rundir import RunDirError, RunLock, RunPaths, iter_jsonl
+from .step import check_world
 from .targets import TargetsError, open_targets
 
 # %% auto #0
@@ -63,23 +65,24 @@ def _inputs(cfg, cache: dict):
     return cache[key]
 
 # %% ../nbs/22b_verify.ipynb #vf000009
-def _replay(ev, ck, path: Path, paths: RunPaths, kept: set, args: dict, cache: dict, bar) -> Interval:
-    "Replay one interval under this environment: what it found."
+def _replay(ev, ck, path: Path, paths: RunPaths, kept: set, args: dict, cache: dict, bar, di: DistInfo) -> Interval:
+    "Replay one interval under this environment (every rank its microbatches, under torchrun): what it found."
     if not ev.fresh and ev.start not in kept:
         return Interval(ev.start, ev.end, "rotated", f"not replayed: it starts at step {ev.start}, whose checkpoint "
                         "rotation has deleted (keep_ckpts); its evidence is compared with the curve")
     cfg, device = _plan(ck, path, paths, args["threads"], args["data"]), args["device"]
     with run_scope(cfg.threads, device):
-        drift = env_diff(ck.env, numeric_env(cfg.threads, device)) if ck.env else {}
+        drift = env_diff(ck.env, numeric_env(cfg.threads, device.split(":")[0], di.world)) if ck.env else {}
         if changed := [k for k in DEFINITIONS if k in drift]:
             return Interval(ev.start, ev.end, "unverifiable", f"not verifiable: written by dormouse "
                             f"{ck.env.get('dormouse')}, whose {', '.join(changed)} differ from this kit's")
         try:
+            check_world(cfg, di.world)
             corpus, targets = _inputs(cfg, cache)
             parts = replay_start(cfg, corpus, ev, paths.ckpt_dir, device)
-        except UnverifiableError as e:
+        except (UnverifiableError, ConfigError) as e:
             return Interval(ev.start, ev.end, "unverifiable", f"not verifiable: {e}")
-        got = replay_steps(parts, corpus, cfg, ev, ev.end, device, targets=targets, on_step=lambda s: bar.update())
+        got = replay_steps(parts, corpus, cfg, ev, ev.end, device, di, targets=targets, on_step=lambda s: bar.update())
     changed = f" (environment: {', '.join(f'{k} {a!r} -> {b!r}' for k, (a, b) in drift.items())})" if drift else ""
     if got.differs:
         return Interval(ev.start, ev.end, "differs", f"DIFFERS: {got.differs}{changed}")
@@ -137,10 +140,12 @@ def verify(run_dir,  # a run directory
     "Replay the run's kept intervals here and compare its curve with their evidence, writing nothing."
     _check_threads(threads)
     check_device(device)
-    paths = RunPaths(Path(run_dir))
+    paths, di = RunPaths(Path(run_dir)), dist_from_env()  # under torchrun: every rank replays, rank 0 says what
     if not paths.root.is_dir() or not paths.config.is_file():
         raise RunDirError(f"{run_dir} is not a run directory (no config.toml): nothing to verify")
-    with RunLock(paths.lock, shared=True):  # a reader: refused while a run trains here, and blocks one from starting
+    log = log if di.lead else (lambda line: None)
+    # a reader: refused while a run trains here, and blocks one from starting
+    with process_group(di, device) as device, RunLock(paths.lock, shared=True):
         found, bad = kept_intervals(paths)
         if intervals:
             missing = sorted(set(intervals) - {ev.end for ev, _, _ in found} - {i.end for i in bad})
@@ -157,9 +162,9 @@ def verify(run_dir,  # a run directory
         out, cache, kept = list(bad), {}, {s for s, _ in list_ckpts(paths.ckpt_dir)}
         args = {"threads": threads, "device": device, "data": data}
         with tqdm(total=sum(len(ev.losses) for ev, _, _ in found), unit="step", file=sys.stderr,
-                  disable=not progress, leave=False) as bar:
+                  disable=not progress or not di.lead, leave=False) as bar:
             for ev, ck, path in found:
-                out.append(_replay(ev, ck, path, paths, kept, args, cache, bar))
+                out.append(_replay(ev, ck, path, paths, kept, args, cache, bar, di))
                 log(str(out[-1]))
         got = Verification(sorted(out, key=lambda i: i.end), check_curve(list(iter_jsonl(paths.metrics, "step")),
                                                                            [ev for ev, _, _ in found]))
