@@ -142,7 +142,7 @@ def _microbatch(parts: Parts, cfg: TrainCfg, step: int, b: StepBatch, rows: slic
     return torch.cat([p.grad.reshape(-1) for p in params] + ([] if g_rows is None else [g_rows.reshape(-1)]) + [losses])
 
 # %% ../nbs/18_step.ipynb #sm000006
-def _gradients(parts: Parts, cfg: TrainCfg, step: int, b: StepBatch, keep: slice, rank: int, world: int):
+def _gradients(parts: Parts, cfg: TrainCfg, step: int, b: StepBatch, keep: slice, rank: int, world: int, exchange):
     "The step's gradients and losses: every microbatch's, summed in the canonical order across ranks, / their count."
     k, mb = micro_count(cfg), cfg.micro_batch or cfg.batch
     first, last = keep.start // mb, keep.stop // mb
@@ -150,7 +150,8 @@ def _gradients(parts: Parts, cfg: TrainCfg, step: int, b: StepBatch, keep: slice
         own = CanonicalSum(k)
         for i in range(first, last):
             own.add(i, i + 1, _microbatch(parts, cfg, step, b, micro_rows(cfg, i), first=i == first))
-        total = canonical_total(own, rank, world).div_(k)  # the same bits on every rank, on any number of ranks
+        total = canonical_total(own, rank, world) if exchange is None else exchange(own)
+        total.div_(k)  # the same bits on every rank, on any number of ranks
         loss = total[-3].item()
         if math.isfinite(loss) or parts.latch.tripped or cfg.quant == "fp32":
             break
@@ -193,6 +194,7 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
                rank: int = 0,  # this process's rank, of `world`
                world: int = 1,  # must divide the step's microbatch count (`check_world`)
                targets=None,  # an offline JEPA target store, if the run uses one
+               exchange=None,  # exchange(own) -> the whole sum from this rank's (None: `canonical_total`, torchrun's)
               ) -> dict:
     "Run training step `step`: this rank's microbatches, their canonical sum with every rank's, the update; its row."
     check_world(cfg, world)
@@ -202,7 +204,7 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
     mask = None
     if cfg.aux:
         mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, step).to(device)
-    total = _gradients(parts, cfg, step, StepBatch(x, y, match, mask, targets), keep, rank, world)
+    total = _gradients(parts, cfg, step, StepBatch(x, y, match, mask, targets), keep, rank, world, exchange)
     loss_v, ce_v, jepa_v = total[-3:].tolist()
     grad_norm, refused = _update(parts, cfg, total, step=step, lr=lr)
     parts.step = step + 1
