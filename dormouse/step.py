@@ -68,6 +68,7 @@ def check_world(cfg: TrainCfg, world: int) -> None:
 
 def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu", rank: int = 0, world: int = 1):
     "Global batch `i`, and the slice of its rows this rank trains on: the rows of its block of microbatches."
+    check_world(cfg, world)
     x, y = corpus.batch_at(i, cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
     block, mb = rank_block(micro_count(cfg), rank, world), cfg.micro_batch or cfg.batch
     return x.to(device), y.to(device), slice(block.start * mb, block.stop * mb)
@@ -197,7 +198,6 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
                exchange=None,  # exchange(own) -> the whole sum from this rank's (None: `canonical_total`, torchrun's)
               ) -> dict:
     "Run training step `step`: this rank's microbatches, their canonical sum with every rank's, the update; its row."
-    check_world(cfg, world)
     lr = lr_at(cfg, step)
     x, y, keep = global_batch(corpus, step + probe_batches, cfg, device=device, rank=rank, world=world)
     match = global_match(corpus, step + probe_batches, cfg, device=device)

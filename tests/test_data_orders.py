@@ -68,7 +68,7 @@ def test_the_two_orders_read_different_batches_and_stream_is_contiguous(monkeypa
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_ranks_slice_one_global_batch(order):
-    cfg = tiny_cfg(batch=8, data_order=order)
+    cfg = tiny_cfg(batch=8, micro_batch=2, data_order=order)
     c = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     x1, y1, keep1 = global_batch(c, 7, cfg, device="cpu")
     for world in [2, 4]:

@@ -82,7 +82,7 @@ def test_the_fingerprint_covers_every_piece_of_run_state():
 
 
 def test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch():
-    cfg = tiny_cfg(batch=8)
+    cfg = tiny_cfg(batch=8, micro_batch=1)  # 8 microbatches: any of these worlds can share them
     corpus = corpus_for(cfg)
     for world in (1, 2, 4, 8):
         xs, ys = [], []

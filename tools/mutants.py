@@ -79,6 +79,8 @@ BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compresso
 BASELINES = "tests/test_data_baselines.py"
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
+WORKERS = "tests/test_workers.py"  # issue 40: one process accumulating = 2 and 4 workers (threads), in seconds
+ELASTIC = "tests/test_ddp.py::test_a_run_moves_from_2_to_1_to_4_processes_bit_for_bit"  # torchrun: 2 -> 1 -> 4
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
@@ -326,7 +328,7 @@ MUTANTS = [
     Mutant(
         "older_snapshot_reads_compiled",
         "a run from before `compile` existed reads back as compiled, so its own resume is refused as drift",
-        [edit("config.py", '4: ({"compile": False}, {})}', '4: ({"compile": True}, {})}')],
+        [edit("config.py", '4: ({"compile": False}, {}),', '4: ({"compile": True}, {}),')],
         ["nbs/00_config.ipynb"],
     ),
     Mutant(
@@ -437,7 +439,7 @@ MUTANTS = [
     Mutant(
         "ddp_rank_slice_shifted",
         "every rank trains the first slice of the global batch",
-        [edit("step.py", "slice(rank * per, (rank + 1) * per)", "slice(0, per)")],
+        [edit("step.py", "slice(block.start * mb, block.stop * mb)", "slice(0, len(block) * mb)")],
         [f"{UNITS}::test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch"],
     ),
     Mutant(
@@ -855,7 +857,7 @@ MUTANTS = [
     Mutant(
         "replay_writes_into_the_run_dir",
         "dormouse verify takes the run's lock as a writer: it writes its note into the run directory it proves",
-        [edit("verify.py", "    with RunLock(paths.lock, shared=True):", "    with RunLock(paths.lock):")],
+        [edit("verify.py", "RunLock(paths.lock, shared=True):", "RunLock(paths.lock):")],
         ["tests/test_verify_resume.py::test_dormouse_verify_reproduces_every_interval_and_writes_nothing"],
     ),
     Mutant(
@@ -1064,6 +1066,54 @@ MUTANTS = [
         "a refusal of several sentences reads '.;' where one sentence ends and the next begins",
         [edit("cli.py", 'out.endswith((":", ".", ";"))', 'out.endswith(":")')],
         ["tests/test_cli_errors.py::test_bad_input_is_one_line[another corpus, unpinned]"],
+    ),
+    # one canonical sum (issue 40): a run moves between 1, 2 and 4 processes and accumulation bit for bit
+    Mutant(
+        "last_rank_sums_in_arrival_order",
+        "one rank adds its microbatches in a running sum (as plain gradient accumulation does), not over the tree",
+        [
+            edit(
+                "step.py",
+                "            own.add(i, i + 1, _microbatch(parts, cfg, step, b, micro_rows(cfg, i), first=i == first))",
+                "            v = _microbatch(parts, cfg, step, b, micro_rows(cfg, i), first=i == first)\n"
+                "            if rank == world - 1 and own.nodes:\n"
+                "                own.nodes[-1] = (own.nodes[-1][0], i + 1, own.nodes[-1][2].add_(v))\n"
+                "            else:\n"
+                "                own.add(i, i + 1, v)",
+            )
+        ],
+        [f"{WORKERS}::test_one_process_accumulating_equals_2_and_4_workers", ELASTIC],
+    ),
+    Mutant(
+        "loss_averaged_over_local_microbatches",
+        "each rank logs (and decides the latch on) the mean loss of its own microbatches, not of the global batch",
+        [
+            edit(
+                "step.py",
+                "        total = canonical_total(own, rank, world) if exchange is None else exchange(own)\n",
+                "        local = sum(v[-3:].clone() for _, _, v in own.nodes) / (last - first)\n"
+                "        total = canonical_total(own, rank, world) if exchange is None else exchange(own)\n"
+                "        total[-3:] = local * k\n",
+            )
+        ],
+        [f"{WORKERS}::test_one_process_accumulating_equals_2_and_4_workers", ELASTIC],
+    ),
+    Mutant(
+        "ngram_rows_reduced_with_all_reduce",
+        "the n-gram rows' gradient is an all_reduce of each rank's sum: its order depends on the world size",
+        [
+            edit(
+                "step.py",
+                "        total.div_(k)  # the same bits on every rank, on any number of ranks\n",
+                "        total.div_(k)\n"
+                "        if world > 1:\n"
+                "            at = sum(p.numel() for p in _trained(parts))\n"
+                "            rows = sum(v[at:-3].clone() for _, _, v in own.nodes)\n"
+                "            torch.distributed.all_reduce(rows)\n"
+                "            total[at:-3] = rows / k\n",
+            )
+        ],
+        [ELASTIC],
     ),
 ]
 
