@@ -209,7 +209,7 @@ def kit_code(root=None,  # the package directory (None: this kit's)
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)
                 device: str = "cpu",  # "cpu" or "cuda[:i]"
-                world_size: int = 1,  # DDP processes
+                world_size: int = 1,  # processes (ranks) under torchrun
                 bf16: bool | None = None,  # bf16 autocast, if the caller records it (record only)
                 quant: str | None = None,  # factor format, if the caller records it (record only)
                 forward: dict | None = None,  # `quant.forward_formats` of the model (record only)

@@ -62,8 +62,9 @@ def check_world(cfg: TrainCfg, world: int) -> None:
     if k % world:
         valid = ", ".join(str(w) for w in range(1, min(k, 64) + 1) if k % w == 0)
         fit = f" (e.g. micro_batch = {cfg.batch // world})" if cfg.batch % world == 0 else ""
-        raise ConfigError(f"micro_batch = {cfg.micro_batch} makes {k} microbatch{'es' if k > 1 else ''} a step (batch = "
-                          f"{cfg.batch}), which {world} workers cannot share evenly: valid world sizes are {valid}. "
+        many = "microbatches" if k > 1 else "microbatch"
+        raise ConfigError(f"micro_batch = {cfg.micro_batch} makes {k} {many} a step (batch = {cfg.batch}), which "
+                          f"{world} workers cannot share evenly: valid world sizes are {valid}. "
                           f"Run on one of them, or start a new run with a micro_batch {world} workers can share{fit}")
 
 def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu", rank: int = 0, world: int = 1):

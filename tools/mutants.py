@@ -435,7 +435,7 @@ MUTANTS = [
         [edit("train.py", "signals = (signal.SIGINT, signal.SIGTERM)", "signals = (signal.SIGINT,)")],
         ["tests/test_signals.py::test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise"],
     ),
-    # DDP
+    # scale-out under torchrun
     Mutant(
         "ddp_rank_slice_shifted",
         "every rank trains the first slice of the global batch",
