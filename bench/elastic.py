@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """What one canonical sum costs, measured: the kit's step (every microbatch's gradients summed over one fixed tree,
-finished across ranks by an all-gather of subtrees) against DistributedDataParallel at the same world size.
+finished across ranks chunk by chunk) against DistributedDataParallel at the same world size.
 
 For each model (the default, and a wider one: d_model 256, 8 heads, factor_rank 256) it prints, from rounds
 interleaved in the same processes:
   - at world W (2, and 4 where asked; ranks run one thread each): the median step time of the canonical exchange ÷
     DDP's, both training the same plan with micro_batch = batch / W (one microbatch a rank: DDP's shapes); the bytes
-    each rank receives a step (the all-gather: (W - 1) x its subtrees' vectors; DDP's ring all-reduce: 2 (W - 1) / W
-    of the model's gradients and of the n-gram leaf's); the peak memory (max RSS) per rank of a short separate launch
-    of each arm;
+    each rank receives a step (the kit's all-to-all and all-gather of chunks: (m + 1)(W - 1) / W vectors for m
+    subtrees a rank; DDP's ring all-reduce: 2 (W - 1) / W of the model's gradients and of the n-gram leaf's); the peak
+    memory (max RSS) per rank of a short separate launch of each arm; and each exchange alone on one vector of a
+    step's length: the kit's, an all-gather of whole vectors (each rank finishing the tree), and an all-reduce;
   - in one process: the median step time accumulating 2 and 4 microbatches ÷ the whole batch at once (micro_batch 0).
-The DDP arm is the step the kit ran before the canonical sum: the student inside DistributedDataParallel (gradients
+The DDP arm is the same step as DistributedDataParallel runs it: the student inside DDP (gradients
 averaged by its bucketed all-reduce, overlapped with backward), then the n-gram leaf's gradient and the losses
 all-reduced. Its sums depend on the world size; the canonical step's do not.
 
@@ -34,9 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
 from dormouse.data import corpus_for  # noqa: E402
-from dormouse.dist import block_spans, dist_from_env, process_group, rank_block  # noqa: E402
+from dormouse.dist import (CanonicalSum, block_spans, canonical_total, dist_from_env, finish,  # noqa: E402
+                           process_group, rank_block)
 from dormouse.mask import mask_stream  # noqa: E402
-from dormouse.model import compute_losses, depth_for_step, ema_update  # noqa: E402
+from dormouse.model import DormouseModel, compute_losses, depth_for_step, ema_update  # noqa: E402
 from dormouse.ngram import ngram_ids  # noqa: E402
 from dormouse.numerics import run_scope  # noqa: E402
 from dormouse.parts import build_parts  # noqa: E402
@@ -80,9 +82,35 @@ def ddp_step(parts, ddp, corpus, cfg: TrainCfg, step: int, rank: int, world: int
     return grad_norm
 
 
+def collectives(cfg: TrainCfg, corpus, world: int, n: int = 20) -> dict:
+    "Median seconds of each exchange alone, one step-length vector a rank: the kit's, a whole all-gather, all-reduce."
+    n_params, rows = vector_sizes(cfg, corpus, range(8))
+    v, rank = torch.randn(int(n_params + rows * cfg.model.ngram_dim + 3)), dist.get_rank()
+
+    def kit():
+        own = CanonicalSum(world)
+        own.add(rank, rank + 1, v.clone())
+        return canonical_total(own, rank, world)
+
+    def whole():
+        got = [torch.empty_like(v) for _ in range(world)]
+        dist.all_gather(got, v)
+        return finish(world, [[(r, r + 1, g)] for r, g in enumerate(got)])
+
+    ops = {"kit": kit, "all_gather": whole, "all_reduce": lambda: dist.all_reduce(v.clone())}
+    out = {k: [] for k in ops}
+    for _ in range(n):
+        for name, op in ops.items():
+            dist.barrier()
+            t = time.perf_counter()
+            op()
+            out[name].append(time.perf_counter() - t)
+    return {k: statistics.median(t) for k, t in out.items()}
+
+
 def vector_sizes(cfg: TrainCfg, corpus, steps: range) -> tuple[int, float]:
     "(model parameters, mean unique n-gram rows of a global batch over `steps`)."
-    n_params = sum(p.numel() for p in build_parts(cfg).model.parameters())
+    n_params = sum(p.numel() for p in DormouseModel(cfg.model, aux=cfg.aux).parameters())
     m, rows = cfg.model, []
     for s in steps:
         x, _ = corpus.batch_at(s + pre_batches(cfg), cfg.batch, cfg.seq_len, cfg.data_order, cfg.seed)
@@ -119,6 +147,7 @@ def worker(a) -> None:
                     steps[k] += 1
                     if i >= a.warm:
                         times[k].append(dt)
+        coll = collectives(cfg, corpus, di.world) if a.arm == "both" else {}
         rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.int64)
         got = [torch.zeros_like(rss) for _ in range(di.world)]
         dist.all_gather(got, rss)
@@ -127,7 +156,8 @@ def worker(a) -> None:
         dist.all_gather(meds, med)
     if di.lead:  # a step ends when its slowest rank's does: the median of the ranks' medians' maximum
         worst = torch.stack(meds).max(0).values.tolist()
-        print(json.dumps({"median_s": dict(zip(arms, worst)), "max_rss_kb": max(int(g) for g in got)}), flush=True)
+        print(json.dumps({"median_s": dict(zip(arms, worst)), "max_rss_kb": max(int(g) for g in got),
+                          "collective_s": coll}), flush=True)
 
 
 def launch(a, model: str, world: int, arm: str, steps: int, rounds: int, warm: int) -> dict:
@@ -143,10 +173,11 @@ def launch(a, model: str, world: int, arm: str, steps: int, rounds: int, warm: i
 
 
 def exchange_bytes(world: int, k: int, n_params: int, rows: float, dim: int) -> tuple[float, float]:
-    "(bytes a rank receives a step by the canonical all-gather, by DDP's ring all-reduces), float32."
+    "(bytes a rank receives a step by the canonical exchange, by DDP's ring all-reduces), float32."
     subtrees = max(len(block_spans(k, rank_block(k, r, world))) for r in range(world))
     vector = n_params + rows * dim + 3
-    return 4 * (world - 1) * subtrees * vector, 4 * 2 * (world - 1) / world * (n_params + rows * dim + 3)
+    chunk = vector / world
+    return 4 * (world - 1) * (subtrees + 1) * chunk, 4 * 2 * (world - 1) / world * vector
 
 
 def accumulation(model: str, a) -> dict:
@@ -204,16 +235,20 @@ def main() -> int:
             if base.batch % world:
                 print(f"  world {world}: batch {base.batch} does not split; skipped")
                 continue
-            t = launch(a, model, world, "both", a.steps, a.rounds, a.warm)["median_s"]
+            both = launch(a, model, world, "both", a.steps, a.rounds, a.warm)
+            t, coll = both["median_s"], both["collective_s"]
             mem = {arm: launch(a, model, world, arm, 3, 1, 1)["max_rss_kb"] for arm in ("canonical", "ddp")}
             k = micro_count(plan(model, base.batch // world, 1))
             got, ddp = exchange_bytes(world, k, n_params, rows, base.model.ngram_dim)
             res["worlds"][world] = {"canonical_s": t["canonical"], "ddp_s": t["ddp"], "bytes_canonical": got,
-                                    "bytes_ddp": ddp, "max_rss_kb": mem}
+                                    "bytes_ddp": ddp, "max_rss_kb": mem, "collective_s": coll}
             print(f"  world {world} (micro_batch {base.batch // world}, one thread a rank): step "
                   f"{1e3 * t['canonical']:.1f} ms canonical vs {1e3 * t['ddp']:.1f} ms DDP: ratio "
                   f"{t['canonical'] / t['ddp']:.3f}; received a step per rank {got / 1e6:.2f} MB vs {ddp / 1e6:.2f} MB;"
                   f" peak RSS per rank {mem['canonical'] / 1024:.0f} MB vs {mem['ddp'] / 1024:.0f} MB")
+            print(f"    the exchange alone, one step-length vector a rank: the kit's (chunks: all-to-all, finish, "
+                  f"all-gather) {1e3 * coll['kit']:.1f} ms; all-gather of whole vectors, each rank finishing "
+                  f"{1e3 * coll['all_gather']:.1f} ms; all-reduce (no fixed order) {1e3 * coll['all_reduce']:.1f} ms")
         acc = accumulation(model, a)
         res["accumulation_s"] = acc
         print(f"  one process ({a.threads} threads): step {1e3 * acc[1]:.1f} ms whole batch; "

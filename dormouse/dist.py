@@ -11,7 +11,8 @@ import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['LAZY_ENV', 'DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'CanonicalSum',
-           'rank_block', 'block_spans', 'finish', 'canonical_total', 'barrier', 'agree_max', 'check_fingerprints']
+           'rank_block', 'block_spans', 'finish', 'exchange_layout', 'finish_chunk', 'canonical_total', 'barrier',
+           'agree_max', 'check_fingerprints']
 
 # %% ../nbs/17_dist.ipynb #92ec3dd0
 @dataclass
@@ -136,23 +137,41 @@ def finish(n: int,  # how many vectors the whole sum has
             whole.add(s, e, v)
     return whole.total()
 
+def exchange_layout(own: CanonicalSum,  # this rank's subtrees (its block added)
+                    spans: list,  # every rank's `block_spans`, in rank order
+                    world: int,  # number of processes
+                   ) -> torch.Tensor:
+    "What this rank sends: [world, most subtrees a rank has, chunk], chunk c of each of its subtrees for rank c."
+    v0 = own.nodes[0][2]
+    chunk = -(-v0.numel() // world)  # the vector, zero-padded to world chunks of this length
+    flat = v0.new_zeros(max(len(sp) for sp in spans), world * chunk)
+    for j, (_, _, v) in enumerate(own.nodes):
+        flat[j, :v.numel()].copy_(v.reshape(-1))
+    return flat.view(len(flat), world, chunk).transpose(0, 1).contiguous()
+
+def finish_chunk(n: int, spans: list,  # every rank's `block_spans`, in rank order
+                 got: torch.Tensor,  # [world, subtrees, chunk]: this rank's chunk of every rank's subtrees
+                ) -> torch.Tensor:
+    "This rank's chunk of the whole sum, finished over the one tree."
+    return finish(n, [[(s, e, got[r, j]) for j, (s, e) in enumerate(sp)] for r, sp in enumerate(spans)])
+
 def canonical_total(own: CanonicalSum,  # this rank's subtrees (its block added)
                     rank: int,  # this process's rank
                     world: int,  # number of processes
                    ) -> torch.Tensor:
-    "The sum over every rank's block, the same bits on every rank: the subtrees all-gathered, finished in one tree."
+    "The sum over every rank's block, the same bits on every rank: chunks finished by their ranks, then gathered."
     if world == 1:
         return own.total()
-    n = own.n
-    spans = [block_spans(n, rank_block(n, r, world)) for r in range(world)]
+    spans = [block_spans(own.n, rank_block(own.n, r, world)) for r in range(world)]
     if [(s, e) for s, e, _ in own.nodes] != spans[rank]:
         raise ValueError(f"canonical_total: rank {rank} holds {[(s, e) for s, e, _ in own.nodes]}, not {spans[rank]}")
-    mine = own.nodes[0][2].new_zeros(max(len(sp) for sp in spans), own.nodes[0][2].numel())
-    for j, (_, _, v) in enumerate(own.nodes):
-        mine[j].copy_(v.reshape(-1))
-    got = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(got, mine)
-    return finish(n, [[(s, e, buf[j]) for j, (s, e) in enumerate(sp)] for sp, buf in zip(spans, got)])
+    send = exchange_layout(own, spans, world)
+    got = torch.empty_like(send)
+    dist.all_to_all_single(got, send)  # got[r]: this rank's chunk of rank r's subtrees
+    mine = finish_chunk(own.n, spans, got)
+    chunks = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(chunks, mine)
+    return torch.cat(chunks)[:own.nodes[0][2].numel()]
 
 # %% ../nbs/17_dist.ipynb #36aaa22b
 def barrier(dist_info: DistInfo) -> None:

@@ -77,7 +77,8 @@ def global_batch(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu", 
 # %% ../nbs/18_step.ipynb #e49437ac
 def _probe_loss(parts: Parts, cfg: TrainCfg, x, y, match) -> float:
     "The loss of a probe batch: its microbatches' losses, summed in the canonical order, / their count."
-    k, total = micro_count(cfg), CanonicalSum(micro_count(cfg))
+    k = micro_count(cfg)
+    total = CanonicalSum(k)
     for i in range(k):
         r = micro_rows(cfg, i)
         loss, _, _ = compute_losses(parts.model, x[r], y[r], depth=cfg.model.depth, ngram=parts.tables.lookup(x, r),
