@@ -251,7 +251,7 @@ def main() -> int:
                   f"{1e3 * coll['all_gather']:.1f} ms; all-reduce (no fixed order) {1e3 * coll['all_reduce']:.1f} ms")
         acc = accumulation(model, a)
         res["accumulation_s"] = acc
-        print(f"  one process ({a.threads} threads): step {1e3 * acc[1]:.1f} ms whole batch; "
+        print(f"  one process ({a.threads} thread(s)): step {1e3 * acc[1]:.1f} ms whole batch; "
               + "; ".join(f"{k} microbatches {1e3 * v:.1f} ms = {v / acc[1]:.3f}x" for k, v in acc.items() if k > 1))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
