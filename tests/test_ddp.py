@@ -110,13 +110,17 @@ def test_a_run_moves_from_2_to_1_to_4_processes_bit_for_bit(cfg_file, single, tw
 
 
 def test_verify_of_a_torchrun_run_in_one_process_and_under_torchrun(two_ranks):
+    whole = "6 of 6 interval(s) reproduced bit for bit; verified: every kept interval reproduced and every logged row"
     r = run_ok(verify_cmd(two_ranks))
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 7 and lines[-1] == "6 of 6 interval(s) reproduced bit for bit", r.stdout
-    assert all(ln.endswith("(environment: world_size 2 -> 1)") for ln in lines[:-1]), r.stdout
+    intervals = [ln for ln in lines if ln.startswith("steps ")]
+    assert len(intervals) == 6 and lines[-1].startswith(whole), r.stdout
+    assert all(ln.endswith("reproduced bit for bit (4 losses, 2 fingerprints) (environment: world_size 2 -> 1)")
+               for ln in intervals), r.stdout
+    assert "curve: 24 of 24 logged steps compared with the evidence; every one agrees" in lines, r.stdout
     r = run_ok(verify_cmd(two_ranks, nproc=4))
     assert r.stdout.count("reproduced bit for bit (") == 6 and "world_size 2 -> 4" in r.stdout, r.stdout  # said once
-    assert r.stdout.strip().endswith("6 of 6 interval(s) reproduced bit for bit"), r.stdout
+    assert r.stdout.count(whole) == 1 and r.stdout.strip().splitlines()[-1].startswith(whole), r.stdout
     odd = subprocess.run(verify_cmd(two_ranks, nproc=3), capture_output=True, text=True, timeout=600,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert odd.returncode != 0 and no_dormouse_traceback(odd), odd.stdout + odd.stderr
