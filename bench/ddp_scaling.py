@@ -1,13 +1,15 @@
 """2-rank vs 1-rank training throughput for the default model, measured in one run on this machine.
 
-Both arms train the same global batch (TrainCfg() defaults) for the same steps through `dormouse train`: one process
-with `threads` = all cores, and `torchrun --nproc_per_node 2` with each rank on half of them. Throughput is the
+Both arms train the same run (TrainCfg() defaults with micro_batch = batch / 2, so two ranks can share a step) for the
+same steps through `dormouse train`: one process with `threads` = all cores, accumulating the two microbatches, and
+`torchrun --nproc_per_node 2` with each rank on half of them, one microbatch each. Throughput is the
 steady-state tokens/s read from the run's metrics (rows' wall clock `t`, after a warm-up), and the result is the ratio.
 
 What limits it on a 2-core machine: the two ranks share the same two cores the single process already used, so there
-is no extra arithmetic to gain; DDP adds a gradient all-reduce (gloo over loopback) per step, an n-gram leaf
-all-reduce, a fingerprint all-gather at the log cadence and barriers at checkpoints; and each rank reads the whole
-global batch to hash its n-grams. A ratio near or below 1.0 here is expected; on a machine with a core (or GPU)
+is no extra arithmetic to gain; the ranks add an all-gather of their gradients (the canonical sum; gloo over
+loopback) per step, a fingerprint all-gather at the log cadence and barriers at checkpoints; and each rank reads the
+whole global batch to hash its n-grams. What the canonical sum costs against DistributedDataParallel at the same world
+size is `bench/elastic.py`. A ratio near or below 1.0 here is expected; on a machine with a core (or GPU)
 per rank the same code scales with the ranks.
 
 Usage: python bench/ddp_scaling.py [--steps 60] [--cores 2]
@@ -33,7 +35,8 @@ def main():
 
     cfg = TrainCfg()
     warm = min(10, args.steps // 3)
-    common = ["--steps", str(args.steps), "--ckpt-every", str(10 * args.steps), "--log-every", "10"]
+    common = ["--steps", str(args.steps), "--ckpt-every", str(10 * args.steps), "--log-every", "10",
+              "--micro-batch", str(cfg.batch // 2)]  # two microbatches a step: one per rank
     with tempfile.TemporaryDirectory() as t:
         t = Path(t)
         cfgf = t / "cfg.toml"

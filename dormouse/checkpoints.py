@@ -8,8 +8,8 @@ import hashlib, os, re, warnings
 from pathlib import Path
 from typing import NamedTuple
 import tomli_w
-from .config import (ENV_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_dict, check_drift, diff_keys,
-                             parse_toml, snapshot_toml)
+from .config import (ENV_KEYS, LOCATION_KEYS, PROGRESS_KEYS, TrainCfg, cfg_from_dict, cfg_to_dict,
+                             check_drift, diff_keys, parse_toml, snapshot_toml)
 from .data import CorpusError
 from .container import Checkpoint, CheckpointError, RunState, load_ckpt, read_header, save_v3
 from .ngram import NgramTables, TableDelta
@@ -70,9 +70,9 @@ def table_chain(table_path) -> list:
 
 # %% ../nbs/13_checkpoints.ipynb #09678f9a
 def plan_sha256(plan) -> str:
-    "sha256 of the canonical snapshot TOML of a plan (a TrainCfg or nested dict), progress and env keys removed."
+    "sha256 of the canonical snapshot TOML of a plan, progress and env keys removed, and a path its pinned hash names."
     d = cfg_to_dict(plan if isinstance(plan, TrainCfg) else cfg_from_dict(plan))
-    kept = {k: v for k, v in d.items() if k not in PROGRESS_KEYS | ENV_KEYS}
+    kept = {k: v for k, v in d.items() if k not in PROGRESS_KEYS | ENV_KEYS and not d.get(LOCATION_KEYS.get(k, ""))}
     return hashlib.sha256(tomli_w.dumps(kept).encode()).hexdigest()
 
 def new_run_id(cfg: TrainCfg,  # the plan of the fresh start, corpus hash filled in
@@ -184,13 +184,13 @@ def save_run_ckpt(ckpt_dir,  # the run's ckpt/
                   base: TablesId | None = None,  # with a TableDelta: the previous checkpoint's tables file
                   compact: bool = False,  # with a TableDelta: write its base's chain with it applied, as a tables file
                  ) -> Path:
-    "Corpus check, tables file, then the container (the commit point), then rotation keeping the last `keep`."
+    "Corpus check, tables file, then the container (the commit point; if it fails, the tables file goes), rotation."
     if keep < 1:
         raise ValueError(f"save_run_ckpt: keep must be >= 1, got {keep}")
     check_corpus((identity or {}).get("corpus"))  # before anything is written
     d = Path(ckpt_dir)
     d.mkdir(parents=True, exist_ok=True)
-    name, tid = ckpt_name(state.step), None
+    name, tid, written = ckpt_name(state.step), None, None
     if tables is not None:
         if tables.table_step != state.table_step:
             raise ValueError(f"save_run_ckpt: state.table_step={state.table_step} but the tables are at "
@@ -198,13 +198,19 @@ def save_run_ckpt(ckpt_dir,  # the run's ckpt/
         if isinstance(tables, TableDelta) and base is None:
             raise ValueError("save_run_ckpt: a table delta needs `base`, the tables file it applies to")
         if not isinstance(tables, TableDelta):
-            tid = tables_id(save_tables_file(d / f"{name}.ngram", tables, state.step))
+            written = save_tables_file(d / f"{name}.ngram", tables, state.step)
         elif compact:
             chain = table_chain(d / base.file) if base.file else []  # the base file's chain, or zero tables
-            tid = tables_id(save_compacted(d / f"{name}.ngram", chain, tables, state.step))
+            written = save_compacted(d / f"{name}.ngram", chain, tables, state.step)
         else:
-            tid = tables_id(save_delta(d / f"{name}.ngdelta", tables, state.step, base))
-    p = save_v3(d / f"{name}.dmck", state, tid, identity)
+            written = save_delta(d / f"{name}.ngdelta", tables, state.step, base)
+        tid = tables_id(written)
+    try:
+        p = save_v3(d / f"{name}.dmck", state, tid, identity)
+    except BaseException:
+        if written is not None:  # a failed commit leaves nothing it wrote: no container names this tables file
+            Path(written).unlink(missing_ok=True)
+        raise
     _rotate(d, keep, p)
     return p
 

@@ -13,10 +13,10 @@ from .fsio import MAX_INT_DIGITS, NotRegularFileError, ParseError, load_toml, re
 
 # %% auto #0
 __all__ = ['QUANT_FORMATS', 'DATA_ORDERS', 'PROGRESS_KEYS', 'ENV_KEYS', 'LEGACY_DEFAULT_KEYS', 'MISSING', 'SNAPSHOT_FORMAT',
-           'ADDED_IN', 'MAX_CONFIG_BYTES', 'SNAPSHOT_MARK', 'ModelCfg', 'TrainCfg', 'ConfigError', 'DriftError',
-           'field_types', 'type_word', 'has_type', 'show_value', 'type_problems', 'config_error', 'cfg_to_dict',
-           'flatten', 'field_names', 'snapshot_mark', 'snapshot_format', 'snapshot_toml', 'parse_toml', 'read_snapshot',
-           'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift']
+           'ADDED_IN', 'MAX_CONFIG_BYTES', 'SNAPSHOT_MARK', 'LOCATION_KEYS', 'ModelCfg', 'TrainCfg', 'ConfigError',
+           'DriftError', 'field_types', 'type_word', 'has_type', 'show_value', 'type_problems', 'config_error',
+           'cfg_to_dict', 'flatten', 'field_names', 'snapshot_mark', 'snapshot_format', 'snapshot_toml', 'parse_toml',
+           'read_snapshot', 'cfg_from_dict', 'load_cfg', 'diff_keys', 'check_drift']
 
 # %% ../nbs/00_config.ipynb #5bbc8cc6
 QUANT_FORMATS = ("fp32", "bf16", "fp8", "int8")  # the factor formats `quant` accepts
@@ -49,6 +49,7 @@ class TrainCfg:
     holdout_frac: float = 0.05  # tail fraction of the corpus held out for eval
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
+    micro_batch: int = 0  # sequences per microbatch, the unit every sum runs over in one order (0: the whole batch)
     steps: int = 1800  # total steps of the run (progress: extending a run is a resume)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the decay
@@ -116,8 +117,9 @@ class DriftError(RuntimeError):
             + f"\nOnly the progress keys {sorted(PROGRESS_KEYS)} may change on a resume "
             f"(the environment keys {sorted(ENV_KEYS)} are checked with the numeric environment). "
             "Start a new run directory to train a different plan."
-            + ("\nThe corpus path is part of the plan (it decides the split as well as the bytes): put the corpus "
-               "back at its old path, or link it there, to resume." if "data" in diffs else ""))
+            + ("\nThe corpus is the plan by its bytes (data_sha256): the run's bytes resume from any path, other "
+               "bytes from none; a plan that pins no hash knows its corpus by its path only: put it back there, or "
+               "link it there, to resume." if "data" in diffs else ""))
 
 # %% ../nbs/00_config.ipynb #57b7b057
 def field_types(cls=TrainCfg, prefix: str = "") -> dict[str, Any]:
@@ -217,9 +219,10 @@ def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
     return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 # %% ../nbs/00_config.ipynb #5799d825
-SNAPSHOT_FORMAT = 4  # the format this kit writes: raised whenever a key is added
+SNAPSHOT_FORMAT = 5  # the format this kit writes: raised whenever a key is added
 # What each format added, with the value a run had before the key existed: ({key: value}, {[model] key: value}).
-ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {})}
+ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {}),
+            5: ({"micro_batch": 0}, {})}
 MAX_CONFIG_BYTES = 1 << 20  # the biggest config file or snapshot read (a snapshot is ~2 KB)
 
 def snapshot_mark(fmt: int) -> str:
@@ -329,6 +332,8 @@ def load_cfg(path) -> TrainCfg:
 def _as_flat(x) -> dict[str, Any]:
     return flatten(cfg_to_dict(x) if dataclasses.is_dataclass(x) else x)
 
+LOCATION_KEYS = {"data": "data_sha256"}  # a path, and the pinned hash that says what is there: it may move
+
 def diff_keys(old, new) -> dict[str, tuple[Any, Any]]:
     "Every differing dotted key of two plans, progress and environment keys excepted, as {key: (old, new)}."
     a, b = _as_flat(old), _as_flat(new)
@@ -336,6 +341,8 @@ def diff_keys(old, new) -> dict[str, tuple[Any, Any]]:
     for k in sorted(set(a) | set(b)):
         if k in PROGRESS_KEYS or k in ENV_KEYS:
             continue
+        if k in LOCATION_KEYS and a.get(LOCATION_KEYS[k]) and a.get(LOCATION_KEYS[k]) == b.get(LOCATION_KEYS[k]):
+            continue  # the same bytes, found at another path
         va, vb = a.get(k, MISSING), b.get(k, MISSING)
         numbers = isinstance(va, (int, float)) and isinstance(vb, (int, float))
         if va != vb or type(va) is not type(vb) and not numbers:

@@ -41,7 +41,7 @@ class RunState:
     table_step: int | None  # n-gram table updates so far (None: not recorded, legacy container)
     env: dict | None  # the numeric environment the run computed under (`numeric_env`)
     latch: dict | None = None  # the fallback latch with its trip reason (`FallbackLatch.to_json`); None in older files
-    evidence: dict | None = None  # the steps since the previous checkpoint (`replay.Evidence.to_json`); None: older
+    evidence: dict | None = None  # the steps since the previous checkpoint (`evidence.Evidence.to_json`); None: older
 
 @dataclass
 class Checkpoint(RunState):
@@ -83,7 +83,7 @@ offset  size  field
            …  meta     UTF-8 JSON {"env": numeric_env(...), "missing": [...], "sidecar": {...}|null,
                                    "pin": {...}, "latch": {...}, "evidence": {...}}
                          pin (absent before plan pinning): {"plan": snapshot TOML, "plan_sha256", "run_id", ...}
-                         evidence (absent before it was recorded): `replay.Evidence.to_json()`
+                         evidence (absent before it was recorded): `evidence.Evidence.to_json()`
    EOF = offset + length of meta
 """
 

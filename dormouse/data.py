@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import xxhash
-from .config import DATA_ORDERS, TrainCfg
+from .config import DATA_ORDERS, ConfigError, TrainCfg
 from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
 from .match import MATCH_FORMAT, unit_codes
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
@@ -331,20 +331,31 @@ def _match_codes(corpus: Corpus, orders: list[int]) -> np.ndarray:
         pass  # an unwritable cache costs the computation next time, nothing else
     return codes
 
+def _coded(corpus: Corpus, match_orders) -> Corpus:
+    "The corpus with the match codes of `match_orders` (none: as it is)."
+    if not match_orders:
+        return corpus
+    return dataclasses.replace(corpus, match_orders=tuple(match_orders), match=_match_codes(corpus, list(match_orders)))
+
 def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
                 holdout_frac: float = 0.05,  # fraction held out for eval: a file's tail, or whole files of a directory
                 seq_len: int = 128,  # the run's sequence length, to check the size
                 match_orders: list[int] | tuple = (),  # compute the match codes of these orders (`dormouse.match`)
                ) -> Corpus:
     "Open a corpus, check both splits are big enough, and split it; with `match_orders`, code every unit."
-    corpus = _open_corpus(path, holdout_frac, seq_len)
-    if not match_orders:
-        return corpus
-    return dataclasses.replace(corpus, match_orders=tuple(match_orders), match=_match_codes(corpus, list(match_orders)))
+    return _coded(_open_corpus(path, holdout_frac, seq_len), match_orders)
 
-def corpus_for(cfg: TrainCfg) -> Corpus:
-    "The corpus a plan trains on: its data, split and size check, and the match codes its model embeds."
-    return load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len, cfg.model.match_orders)
+def corpus_for(cfg: TrainCfg,  # the plan: its corpus's split and size check, match codes, and pinned sha256
+               data: str | None = None,  # where the corpus is now, if not at the plan's path (None: `cfg.data`)
+              ) -> Corpus:
+    "The corpus a plan trains on, checked: found at `data`, refused unless its bytes hash to the plan's `data_sha256`."
+    corpus = _open_corpus(cfg.data if data is None else data, cfg.holdout_frac, cfg.seq_len)
+    if cfg.data_sha256 and corpus.sha256 != cfg.data_sha256:
+        corpus.data.close()
+        raise ConfigError(f"data_sha256 in the plan ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
+                          f"({corpus.sha256[:12]}…): the corpus changed. Point data at the run's bytes (any path that "
+                          "holds them), or start a new run.")
+    return _coded(corpus, cfg.model.match_orders)
 
 def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."

@@ -338,7 +338,7 @@ class Losses(NamedTuple):
     ce: torch.Tensor  # next-byte cross-entropy (nats)
     jepa: torch.Tensor  # masked-position MSE to the normalised target (0 without one)
 
-def compute_losses(model: DormouseModel,  # the student (or its DistributedDataParallel wrapper)
+def compute_losses(model: DormouseModel,  # the student (or its compiled forward)
                    x: torch.Tensor,  # int64 bytes [B, T]
                    y: torch.Tensor,  # int64 next bytes [B, T]
                    *,

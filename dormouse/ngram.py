@@ -162,6 +162,7 @@ class NgramTables:
         self._touched = TouchedRows(self.weight, self.momentum)  # rows written since the last checkpoint
         self._rows = None  # flat row numbers (order * slots + slot) of the pending leaf, sorted unique
         self._leaf = None  # [n_unique, dim] copy of those rows; its .grad is the pending gradient
+        self._inv = None  # [n_orders, B, T]: each position's row of the leaf, for `features` of another microbatch
 
     @classmethod
     def from_cfg(cls, cfg, device="cpu"):
@@ -189,23 +190,43 @@ class NgramTables:
         leaf = self._flat(self.weight).index_select(0, rows)
         if torch.is_grad_enabled():
             leaf.requires_grad_(True)
-            self._rows, self._leaf = rows, leaf
+            self._rows, self._leaf, self._inv = rows, leaf, inv
         if keep is not None:
             inv = inv[:, keep]
         return _sum_orders(leaf, inv)
+
+    def features(self, keep) -> torch.Tensor:  # float32 [B', T, dim]
+        "Summed n-gram rows for rows `keep` of the batch the pending leaf was looked up from (its next microbatch)."
+        if self._leaf is None:
+            raise ValueError("NgramTables.features: no pending lookup; call lookup(x, keep) with grad enabled first")
+        return _sum_orders(self._leaf, self._inv[:, keep])
 
     def pending_rows(self) -> torch.Tensor | None:
         "Flat row numbers (order * slots + slot) of the pending leaf, sorted; None when nothing is pending."
         return self._rows
 
     def pending_grad(self) -> torch.Tensor | None:
-        "Gradient of the pending leaf `[n_unique, dim]` (all-reduce this across ranks), or None."
+        "Gradient of the pending leaf `[n_unique, dim]`, or None."
         return None if self._leaf is None else self._leaf.grad
+
+    def take_grad(self) -> torch.Tensor | None:
+        "The pending leaf's gradient, taken off it (the next backward starts from none): one microbatch's, or None."
+        g = self.pending_grad()
+        if g is not None:
+            self._leaf.grad = None
+        return g
+
+    def put_grad(self, g: torch.Tensor) -> None:
+        "Make `g` [n_unique, dim] the pending gradient the next `step` applies (the microbatches' canonical mean)."
+        if self._leaf is None or tuple(g.shape) != tuple(self._leaf.shape):
+            got = None if self._leaf is None else tuple(self._leaf.shape)
+            raise ValueError(f"NgramTables.put_grad: a gradient of shape {tuple(g.shape)} for a pending leaf of {got}")
+        self._leaf.grad = g
 
     # the step
     def discard(self):
         "Drop the pending leaf without updating (e.g. a refused stress update)."
-        self._rows = self._leaf = None
+        self._rows = self._leaf = self._inv = None
 
     @torch.no_grad()
     def step(self) -> bool:

@@ -4,17 +4,19 @@
 
 # %% ../nbs/05_numerics.ipynb #1d5aca9d
 from __future__ import annotations
-import contextlib, ctypes, functools, hashlib, os, platform
+import contextlib, ctypes, functools, hashlib, os, platform, re
 from pathlib import Path
 import torch
+import dormouse
 from . import __version__
 from .config import ConfigError
 
 # %% auto #0
 __all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'MKL_BRANCHES', 'MKL_STRICT', 'THREAD_INVARIANT', 'MODE_ADVICE',
-           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'CHANGED_MEANS', 'FP32_PATHS', 'cpu_facts', 'mkl_mode',
-           'thread_invariant_mode', 'env_today', 'numeric_env', 'env_diff', 'env_unrecorded', 'EnvDriftError',
-           'how_to_match', 'drift_lines', 'refuse_incomparable', 'check_env', 'numeric_scope', 'run_scope']
+           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'STEP_MODULES', 'KIT_DIR', 'CHANGED_MEANS', 'FP32_PATHS',
+           'cpu_facts', 'mkl_mode', 'thread_invariant_mode', 'env_today', 'kit_code', 'numeric_env', 'env_diff',
+           'env_unrecorded', 'EnvDriftError', 'how_to_match', 'drift_lines', 'refuse_incomparable', 'numeric_scope',
+           'check_device', 'run_scope']
 
 # %% ../nbs/05_numerics.ipynb #2a51d08d
 CPU_ENV_VARS = {  # environment variables that change which CPU kernel runs, and so its rounding
@@ -185,10 +187,29 @@ DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a nu
     "def_match": 1,  # match.match_codes and data.unit_starts: the codes a corpus's bytes get
 }
 
+STEP_MODULES = ("step", "targets", "checkpoints", "numerics")  # what a step, a restore and a run's scope run
+KIT_DIR = Path(dormouse.__file__).parent  # where the kit's modules are
+
+def kit_code(root=None,  # the package directory (None: this kit's)
+            ) -> str:
+    "16 hex digits of sha256 over the source of `STEP_MODULES` and every kit module they import (or 'unavailable')."
+    root = KIT_DIR if root is None else Path(root)
+    seen, todo = set(), list(STEP_MODULES)
+    try:
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += re.findall(r"^\s*from \.(\w+) import", (root / f"{name}.py").read_text(), re.M)
+        return hashlib.sha256(b"".join(f"{n}\n".encode() + (root / f"{n}.py").read_bytes()
+                                       for n in sorted(seen))).hexdigest()[:16]
+    except OSError:  # a kit installed without its sources: nothing to hash, and a resume replays only what it must
+        return "unavailable"
+
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)
                 device: str = "cpu",  # "cpu" or "cuda[:i]"
-                world_size: int = 1,  # DDP processes
+                world_size: int = 1,  # processes (ranks) under torchrun
                 bf16: bool | None = None,  # bf16 autocast, if the caller records it (record only)
                 quant: str | None = None,  # factor format, if the caller records it (record only)
                 forward: dict | None = None,  # `quant.forward_formats` of the model (record only)
@@ -203,7 +224,7 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
            "deterministic": torch.are_deterministic_algorithms_enabled(), "mkldnn": torch.backends.mkldnn.enabled,
            **_effective(_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision")),
            **{k: os.environ.get(k) for k in CPU_ENV_VARS}, "mkl_cbwr": mkl_mode(), "dormouse": __version__,
-           **DEFINITIONS}
+           "kit_code": kit_code(), **DEFINITIONS}
     if str(device).startswith("cuda"):
         env.update(_gpu_facts(device))
     said = {"bf16_autocast": bf16, "quant": quant, "forward": forward}
@@ -251,6 +272,9 @@ def how_to_match(key: str,  # a key of the record
                 "ATEN_CPU_CAPABILITY can lower the capability, never raise it)")
     if key == "dormouse" or key in DEFINITIONS:
         return f"dormouse {saved.get('dormouse', '(a version before it recorded one)')}, the kit that wrote it"
+    if key == "kit_code":
+        return (f"the kit's code as it was (dormouse {saved.get('dormouse')}, code {value}): undo the edit to its "
+                "exported modules, dormouse/*.py, or install that kit")
     return f"{key} = {value!r} (a torch setting: set it so before training)"
 
 def drift_lines(drift: dict,  # {key: (recorded, now)}
@@ -281,21 +305,6 @@ def refuse_incomparable(drift: dict,  # env_diff of the checkpoint's record and 
                         f"dormouse {__version__}, and a definition changed ({what}). The change cannot be verified. "
                         f"Resume with dormouse {saved.get('dormouse')}, or pass allow_env_drift=True "
                         "(--allow-env-drift) to continue anyway, recorded in lineage.jsonl as unverified.")
-
-# %% ../nbs/05_numerics.ipynb #b7bc1282
-def check_env(saved: dict | None,  # the checkpoint's record (None: a legacy container recorded none)
-              now: dict,  # this process's record
-              allow: bool,  # accept a difference (it is returned, to be recorded)
-              where,  # the checkpoint, named in the error
-             ) -> dict:
-    "{key: [saved, now]} of an accepted difference; `EnvDriftError` naming every key of a refused one."
-    drift = env_diff(saved, now) if saved is not None else {}
-    if drift and not allow:
-        raise EnvDriftError(f"resume refused: the numeric environment differs from the checkpoint's ({where}):\n"
-                            f"{drift_lines(drift, saved)}\nBit-identity is proven only in the same environment: "
-                            "resume where these match, or pass allow_env_drift=True (--allow-env-drift) to continue "
-                            "anyway; the override is recorded in lineage.jsonl.")
-    return {k: [a, b] for k, (a, b) in drift.items()}
 
 # %% ../nbs/05_numerics.ipynb #ed8bd1d2
 def _put_env(values: dict) -> None:
@@ -350,6 +359,22 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
         _put_env(saved_env)
 
 # %% ../nbs/05_numerics.ipynb #274f849d
+def check_device(name,  # the device asked for: "cpu", "cuda", "cuda:1"
+                 where: str = "device",  # the argument or variable it came from, named in the error
+                ) -> str:
+    "`name`, when a run can compute on it (cpu, or cuda that torch sees); else a `ConfigError` naming it and `where`."
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}={name!r}: use \"cpu\" or \"cuda\" (a string; \"cuda:1\" names a GPU)")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{where} {name!r} is not a torch device; use cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{where} {name!r}: dormouse trains on cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{where} {name!r} but torch sees no CUDA device; use cpu")
+    return name
+
 def run_scope(threads: int,  # the run's `threads`
               device: str,  # "cpu" or "cuda[:i]"
              ):

@@ -8,9 +8,7 @@ import hashlib, inspect, json, os, shutil, sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from .config import ConfigError, TrainCfg
-from .dist import DistInfo
 from .quant import FallbackLatch, apply_compute_settings, forward_formats
 from .ngram import NgramTables, fingerprint_update
 from .model import DormouseModel, freeze, init_params, make_teacher
@@ -19,7 +17,7 @@ from .container import CheckpointError, RunState
 
 # %% auto #0
 __all__ = ['COMPILE_GRAPHS', 'NEEDS', 'Parts', 'build_parts', 'apply_settings', 'compile_cap', 'compile_toolchain',
-           'compiled_forward', 'ran_forward', 'wrap_ddp', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
+           'compiled_forward', 'ran_forward', 'to_run_state', 'plan_lacks', 'restore', 'state_fingerprint']
 
 # %% ../nbs/16_parts.ipynb #1667a3a4
 @dataclass
@@ -32,7 +30,7 @@ class Parts:
     latch: FallbackLatch  # one-way fp32-factor fallback
     stress: StressMonitor | None  # grad-norm monitor (stress only)
     step: int = 0  # completed steps
-    fwd: torch.nn.Module | None = None  # what the step's forward runs instead of `model`: compiled, or DDP (world > 1)
+    fwd: torch.nn.Module | None = None  # what the step's forward runs instead of `model`: compiled (else None)
     compiled: bool = False  # `fwd` is `model` through torch.compile (the plan's `compile`)
 
 # %% ../nbs/16_parts.ipynb #5eaf6e43
@@ -99,14 +97,6 @@ def compiled_forward(model: DormouseModel,  # the student; its weights stay its 
 def ran_forward(parts: Parts) -> dict:
     "What the training step's forward runs, read off the parts: the model's formats, and whether it is compiled."
     return {**forward_formats(parts.model), "compiled": parts.compiled}
-
-# %% ../nbs/16_parts.ipynb #1a3492a7
-def wrap_ddp(parts: Parts, device: str, dist_info: DistInfo) -> None:
-    "Under torchrun, train through a DistributedDataParallel wrapper of the student."
-    if dist_info.world > 1:
-        ids = [torch.device(device).index] if device.startswith("cuda") else None
-        parts.fwd = DistributedDataParallel(parts.model, device_ids=ids)
-
 
 # %% ../nbs/16_parts.ipynb #640f69cb
 def to_run_state(parts: Parts, env: dict) -> RunState:

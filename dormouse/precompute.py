@@ -17,7 +17,7 @@ from .fsio import atomic_write_bytes, fsync_dir
 from .mask import mask_stream
 from .model import DormouseModel, depth_for_step, freeze
 from .quant import FallbackLatch, apply_compute_settings
-from .step import pre_batches
+from .step import micro_count, micro_rows, pre_batches
 from .rundir import RunLock
 from .targets import (FORMAT, VERSION, INDEX_NAME, SHARD_STEPS, TargetsError, canonical_json, mask_digest,
                               shard_bytes)
@@ -135,11 +135,7 @@ def _precompute_inputs(cfg: TrainCfg, out_path, steps, shard_steps: int):
     steps = cfg.steps if steps is None else int(steps)
     if steps < 0 or shard_steps < 1:
         raise ConfigError(f"need steps >= 0 and shard_steps >= 1, got steps={steps} shard_steps={shard_steps}")
-    corpus = corpus_for(cfg)
-    if cfg.data_sha256 and cfg.data_sha256 != corpus.sha256:
-        raise ConfigError(f"data_sha256 in the config ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
-                          f"({corpus.sha256[:12]}…): the corpus changed.")
-    return cfg, out, steps, corpus
+    return cfg, out, steps, corpus_for(cfg)  # refuses bytes other than a pinned data_sha256's
 
 # %% ../nbs/20_precompute.ipynb #2ea9d84b
 def _target_steps(cfg: TrainCfg, corpus, teacher, tables, steps: int, shard_steps: int, d: Path, device: str,
@@ -153,11 +149,14 @@ def _target_steps(cfg: TrainCfg, corpus, teacher, tables, steps: int, shard_step
         mask = mask_stream(cfg.batch, cfg.seq_len, cfg.mask_frac, cfg.mask_span, cfg.seed, s)
         depth = depth_for_step(cfg, s)
         with torch.no_grad():
-            xd = x.to(device)
-            ngram = tables.lookup(xd) if tables is not None else None
-            md = None if m is None else m.to(device)
-            _, th = teacher.forward_with_hidden(xd, depth, ngram, match=md, logits=False)
-            h = th[mask.to(device)].to("cpu", torch.float32).contiguous()
+            xd, md, hs = x.to(device), None if m is None else m.to(device), []
+            for i in range(micro_count(cfg)):  # a microbatch at a time, as the run's own teacher computes them
+                r = micro_rows(cfg, i)
+                ngram = tables.lookup(xd, r) if tables is not None else None
+                _, th = teacher.forward_with_hidden(xd[r], depth, ngram, match=None if md is None else md[r],
+                                                    logits=False)
+                hs.append(th[mask[r].to(device)])
+            h = torch.cat(hs).to("cpu", torch.float32).contiguous()
         records.append({"step": s, "shard": len(shards), "offset": rows, "count": int(h.shape[0]),
                         "batch_index": s + pb, "depth": depth, "mask_sha256": mask_digest(mask)})
         hidden.append(h)

@@ -95,7 +95,8 @@ RULES = {  # every key of the plan: its rule (a key's help is its field comment)
     "model.match_orders": Each(OneOf(MATCH_ORDERS), len(MATCH_ORDERS), " (one per power of two)"),
     "model.ngram_slots": _COUNT, "model.ngram_dim": _COUNT, "model.pred_mult": _COUNT,
     "data": _PATH, "data_sha256": _SHA, "data_order": OneOf(DATA_ORDERS), "holdout_frac": _OPEN01,
-    "seq_len": _COUNT, "batch": _COUNT, "steps": _STEPS, "lr": _POS, "min_lr": _NONNEG, "warmup": _STEPS,
+    "seq_len": _COUNT, "batch": _COUNT, "micro_batch": _STEPS, "steps": _STEPS, "lr": _POS, "min_lr": _NONNEG,
+    "warmup": _STEPS,
     "decay_start": _STEPS, "decay_steps": _STEPS, "weight_decay": _NONNEG, "beta1": _DECAY, "beta2": _DECAY,
     "grad_clip": _NONNEG, "seed": Range(0, 2**64 - 1), "threads": Range(1, 1 << 16), "log_every": _COUNT,
     "ckpt_every": _COUNT, "keep_ckpts": _COUNT, "eval": _BOOL, "eval_every": _COUNT, "eval_batches": _COUNT,
@@ -122,6 +123,9 @@ def joint_problems(cfg: TrainCfg, bad: set) -> list[str]:
                    "(a multiple of 2 * n_heads: rotary positions turn pairs)")
     if good("model.depth_min", "model.depth_max") and m.depth_min > m.depth_max:
         out.append(f"model.depth_min = {m.depth_min}: must be <= model.depth_max = {m.depth_max}")
+    if good("batch", "micro_batch") and cfg.micro_batch and cfg.batch % cfg.micro_batch:
+        out.append(f"micro_batch = {cfg.micro_batch}: must divide batch = {cfg.batch} (a step is batch / micro_batch "
+                   "microbatches; 0: the whole batch in one)")
     if good("lr", "min_lr") and cfg.min_lr > cfg.lr:
         out.append(f"min_lr = {_num(cfg.min_lr)}: must be <= lr = {_num(cfg.lr)} (the decay goes down to min_lr)")
     if good("model.ngram_orders", "seq_len") and any(o > cfg.seq_len for o in m.ngram_orders):
@@ -160,7 +164,8 @@ def plan_memory(cfg: TrainCfg) -> dict[str, int]:
     return {"parameters, gradients and AdamW moments": 16 * params, "EMA teacher": 4 * params if teacher else 0,
             "n-gram tables (weight, momentum, row hashes)": rows * (8 * m.ngram_dim + 16),
             "weights formed by one forward": 4 * formed,
-            "hidden states of one forward": 4 * cfg.batch * cfg.seq_len * (d * (3 + depth) + 2 * 256)}
+            "hidden states of one microbatch's forward": 4 * (cfg.micro_batch or cfg.batch) * cfg.seq_len
+            * (d * (3 + depth) + 2 * 256)}
 
 def machine_memory() -> int | None:
     "Bytes of memory this process may use: physical memory, or its cgroup's limit where lower; None if unknown."
@@ -206,4 +211,7 @@ def validate(cfg: TrainCfg) -> TrainCfg:
         errs = memory_problems(cfg, machine_memory())
     if errs:
         raise config_error(errs)
-    return cfg_from_dict(cfg_to_dict(cfg))
+    d = cfg_to_dict(cfg)
+    if d["micro_batch"] == d["batch"]:  # one microbatch, spelled as its size: the same plan as the default's 0
+        d["micro_batch"] = 0
+    return cfg_from_dict(d)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
-from .config import ConfigError, read_snapshot
+from .config import ConfigError, cfg_from_dict, read_snapshot
 from .baselines import COMPRESSORS, compressor_baselines
-from .data import CorpusError, load_corpus
+from .data import CorpusError, corpus_for
 from .rundir import RunDirError, RunPaths, iter_metrics, read_lineage
 
 # %% auto #0
@@ -180,12 +180,9 @@ def run_baselines(run_dir) -> dict | None:
     if not paths.config.exists():
         return None
     try:
-        snap = read_snapshot(paths.config)
-        corpus = load_corpus(snap.get("data", ""), snap.get("holdout_frac", 0.05), snap.get("seq_len", 128))
+        corpus = corpus_for(cfg_from_dict(read_snapshot(paths.config)))  # other bytes than the run's are refused
     except (ConfigError, CorpusError, OSError):
-        return None
-    if snap.get("data_sha256") and snap["data_sha256"] != corpus.sha256:
-        return None  # other bytes than the run's: no honest reference line
+        return None  # no corpus at hand, or not the run's bytes: no honest reference line
     return compressor_baselines(corpus)
 
 # %% ../nbs/21_view.ipynb #d6cff744

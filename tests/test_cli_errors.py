@@ -228,6 +228,7 @@ CASES = [
     case("--quant fp4", flags("--quant", "fp4"), 2, ['quant = "fp4": use one of']),
     case("--stepz", flags("--stepz", "3"), 2, ["unrecognized arguments: --stepz"]),
     case("--device bogus", flags("--device", "bogus"), 2, ["--device 'bogus'"]),
+    case("--verify-steps 0", flags("--verify-steps", "0"), 2, ["verify_steps=0: use an integer >= 1"]),
     case("DORMOUSE_DEVICE=meta", flags(env={"DORMOUSE_DEVICE": "meta"}), 2, ["DORMOUSE_DEVICE 'meta'"]),
     case("--run-dir is a file", file_as_run_dir, 2, ["is not a directory"]),
     case("ckpt is a file, fresh", file_as_ckpt_dir(resume=False), 1, ["ckpt"]),
@@ -304,6 +305,17 @@ for cmd in ["train", "plot"]:
             ["lineage.jsonl line"],
         )
     )
+def other_corpus_unpinned(runs, tmp):
+    "A resume that names other bytes and pins no hash: drift of data and data_sha256, a message of several sentences."
+    run = run_dir_copy(runs, tmp)
+    (tmp / "other.bin").write_bytes(bytes(range(256)) * 64)
+    return ["train", "--run-dir", run, "--resume", "--steps", 15, "--data", tmp / "other.bin", "--data-sha256", "",
+            "--quiet"], run, {}
+
+
+CASES.append(
+    case("another corpus, unpinned", other_corpus_unpinned, 2, ["data_sha256", "a different plan. The corpus"])
+)
 CASES.append(
     case(
         "foreign checkpoint of another d_model",
@@ -334,6 +346,7 @@ def test_bad_input_is_one_line(setup, code, words, drop_ok, runs, tmp_path, caps
     assert rc == code, (rc, err)
     assert "Traceback" not in err
     assert len(err.splitlines()) == 1 and err.startswith("dormouse: error: "), err
+    assert ".;" not in err, err  # a sentence that ends is not joined to the next by a semicolon
     for w in words:
         assert w in err, (w, err)
     if watch is not None:
@@ -461,6 +474,7 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing(runs, tmp_path
     assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "step_000015.dmck" in err and "No space left on device" in err, err
     assert [p.name for p in sorted((run / "ckpt").glob("*.dmck"))][-1] == "step_000010.dmck"
+    assert not list((run / "ckpt").glob("step_000015.*")), "the failed commit left its tables file behind"
     ck, _, path, *_ = ckpts.find_latest(run / "ckpt", log=print)
     assert ck.step == 10 and path.name == "step_000010.dmck"
 
@@ -519,6 +533,15 @@ def test_inspect_prints_its_verdict_under_an_ascii_terminal(runs):
         r = subprocess.run([sys.executable, "-m", "dormouse.cli", "inspect", str(path)], capture_output=True, text=True,
                            timeout=300, env=env)
         assert r.returncode == code and words in r.stdout and "codec" not in r.stderr, (r.stdout[-500:], r.stderr)
+
+
+def test_inspect_names_a_tables_file_as_one(runs, capsys):
+    "A tables file given to inspect is described as a tables file, not as a truncated v1 container."
+    capsys.readouterr()
+    tables_file = next((runs / "base" / "ckpt").glob("*.ngram"))
+    assert main(["inspect", str(tables_file)]) == 0
+    out = capsys.readouterr().out
+    assert "a tables file of n-gram tables" in out and "verdict: loads" in out and "format: v1" not in out, out
 
 
 def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_path, capsys, monkeypatch):

@@ -86,7 +86,8 @@ def test_switching_compile_on_a_resume_is_drift(compiled, ref, tmp_path):
 def test_verify_replays_a_compiled_run_through_the_compiled_step(ref):
     "`dormouse verify` of a compiled run rebuilds the compiled step from the plan and reproduces both intervals."
     got = verify(ref, progress=False, log=lambda *a: None)
-    assert [(i.start, i.end, i.verdict) for i in got] == [(0, 10, "reproduced"), (10, 20, "reproduced")], got
+    assert [(i.start, i.end, i.verdict) for i in got.intervals] == [(0, 10, "reproduced"), (10, 20, "reproduced")], got
+    assert got.status == "reproduced" and got.curve.compared == 20, got
 
 
 def test_a_thread_change_of_a_compiled_run_is_judged_by_the_replay(ref, tmp_path):

@@ -10,7 +10,8 @@ import re
 import pytest
 import torch
 
-from dormouse.cli import main, train_cfg_from_args
+from dormouse.cli import main
+from dormouse.flags import train_cfg_from_args
 from dormouse.config import ConfigError, ModelCfg, TrainCfg, field_names
 from dormouse.validate import MAX_NGRAM_ORDERS, RULES, memory_problems, plan_memory, validate
 from dormouse.model import DormouseModel

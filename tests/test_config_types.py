@@ -9,7 +9,7 @@ import typing
 import pytest
 import tomli_w
 
-from dormouse.cli import UsageError, build_parser, key_docs, normalize_flags, train_cfg_from_args
+from dormouse.flags import UsageError, build_parser, key_docs, normalize_flags, train_cfg_from_args
 from dormouse.config import (ENV_KEYS, PROGRESS_KEYS, ConfigError, ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict,
                              check_drift, diff_keys, field_names, field_types, flatten, load_cfg, read_snapshot,
                              snapshot_toml)

@@ -44,8 +44,9 @@ def test_resume_reads_the_batches_of_the_uninterrupted_run(order, monkeypatch, t
     first = list(log)
     log.clear()
     fit(cfg, tmp_path / "resumed", resume=True, progress=False)
-    second = list(log)
+    replayed, second = log[:2], log[2:]  # the replay before trust (steps 4-5: the interval ending at 6), then 6-11
     assert [i for i, _ in whole] == [0, 1] + [s + pb for s in range(12)]  # probes first, then step s reads s + pb
+    assert replayed == whole[pb + 4:pb + 6]  # the replay reads the very batches those steps read
     assert first + second == whole  # the resume neither repeats nor skips a batch: the same bytes, in the same order
     assert [i for i, _ in second] == [s + pb for s in range(6, 12)]  # no probes on a resume, no shift
 
@@ -67,7 +68,7 @@ def test_the_two_orders_read_different_batches_and_stream_is_contiguous(monkeypa
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_ranks_slice_one_global_batch(order):
-    cfg = tiny_cfg(batch=8, data_order=order)
+    cfg = tiny_cfg(batch=8, micro_batch=2, data_order=order)
     c = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
     x1, y1, keep1 = global_batch(c, 7, cfg, device="cpu")
     for world in [2, 4]:

@@ -1,17 +1,23 @@
-"""Scale-out: torchrun + DistributedDataParallel (gloo, 2 ranks on CPU) keeps the resume guarantee."""
+"""Scale-out under torchrun (gloo on CPU, 1 to 4 ranks): one canonical sum. A run with micro_batch < batch is the same
+run bit for bit on 1, 2 and 4 processes, moves between them on a resume (the world-size change verified by replaying
+an interval), and `dormouse verify` reproduces a torchrun run in one process or under torchrun."""
 
-import os, re, shutil, signal, subprocess, time
+import dataclasses, os, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
 
+from dormouse.config import load_cfg
+from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import train_cmd, torchrun, assert_same_run
+from dormouse.testing import assert_same_run, save_snapshot, stopped_at, train_cmd, torchrun
+from dormouse.train import fit
 
 CONFIG = """
 steps = 24
 seq_len = 32
 batch = 4
+micro_batch = 1
 ckpt_every = 4
 log_every = 4
 eval_every = 8
@@ -22,6 +28,8 @@ keep_ckpts = 100
 aux = true
 rand_depth = true
 stress = true
+quant = "fp8"
+quant_check = true
 [model]
 d_model = 32
 n_heads = 2
@@ -32,6 +40,26 @@ ngram_dim = 16
 """
 
 
+def run_ok(cmd, **kw):
+    "A finished subprocess that exited 0 (else the assertion shows its output)."
+    r = cmd if isinstance(cmd, subprocess.CompletedProcess) else subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}, **kw)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def verify_cmd(run_dir, nproc: int = 0):
+    "`dormouse verify RUN_DIR --quiet`, in one process (nproc 0) or under torchrun with `nproc` ranks."
+    launch = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+                                 if nproc else [])
+    return launch + ["-m", "dormouse.cli", "verify", str(run_dir), "--quiet"]
+
+
+def no_dormouse_traceback(r) -> bool:
+    "No frame of dormouse's in the output (torchrun's own report of a failed rank may carry its traceback)."
+    return "dormouse/" not in "".join(ln for ln in r.stderr.splitlines() if ln.lstrip().startswith("File "))
+
+
 @pytest.fixture(scope="module")
 def cfg_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("ddp") / "cfg.toml"
@@ -40,84 +68,113 @@ def cfg_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(cfg_file):
-    run = cfg_file.parent / "uninterrupted"
-    r = torchrun(cfg_file, run)
-    assert r.returncode == 0, r.stdout + r.stderr
+def single(cfg_file):
+    "The plan trained in one process, accumulating its 4 microbatches a step: the reference."
+    run = cfg_file.parent / "single"
+    run_ok(train_cmd(cfg_file, run))
     return run
 
 
-def test_two_rank_run_records_world_size_and_agrees(uninterrupted):
-    lin = read_jsonl(RunPaths(uninterrupted).lineage)
+@pytest.fixture(scope="module")
+def two_ranks(cfg_file):
+    run = cfg_file.parent / "two_ranks"
+    run_ok(torchrun(cfg_file, run))
+    return run
+
+
+def test_two_ranks_train_the_one_process_run(single, two_ranks):
+    lin = read_jsonl(RunPaths(two_ranks).lineage)
     assert lin[0]["env"]["world_size"] == 2
-    rows = read_jsonl(RunPaths(uninterrupted).metrics)
+    rows = read_jsonl(RunPaths(two_ranks).metrics)
     assert [r["step"] for r in rows] == list(range(24))  # rank 0 alone wrote metrics: one row per step
     assert all(r["fingerprint"] for r in rows if (r["step"] + 1) % 4 == 0)  # ranks' fingerprints were checked equal
+    assert_same_run(single, two_ranks)  # every loss, fingerprint and the final state: the same run
 
 
-def test_two_rank_resume_is_bitwise(cfg_file, uninterrupted, tmp_path):
-    run = tmp_path / "resumed"
-    r = torchrun(cfg_file, run, "--steps", 12)
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = torchrun(cfg_file, run, "--resume")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "resumed" in r.stdout + r.stderr
-    assert_same_run(uninterrupted, run)
+def test_a_run_moves_from_2_to_1_to_4_processes_bit_for_bit(cfg_file, single, two_ranks, tmp_path):
+    """A 2-rank run killed right after its step-8 checkpoint (its later rows kept, so the resume re-trains and compares
+    them) resumes in one process to step 16, then on 4 ranks to the end: each world-size change is verified by
+    replaying the checkpoint's interval, recorded in lineage, and the whole run equals the 1-process run."""
+    run = stopped_at(two_ranks, tmp_path / "elastic", 8)
+    r = run_ok(train_cmd(cfg_file, run, "--resume", "--steps", 16))
+    assert "verified: steps 4-7 reproduced bit for bit" in r.stdout, r.stdout
+    r = run_ok(torchrun(cfg_file, run, "--resume", nproc=4))
+    assert "verified: steps 12-15 reproduced bit for bit" in r.stdout, r.stdout
+    segs = read_jsonl(RunPaths(run).lineage)
+    assert [(s["start_step"], s["env"]["world_size"]) for s in segs] == [(0, 2), (8, 1), (16, 4)]
+    for seg, frm, to, (a, b) in [(segs[1], 2, 1, (4, 8)), (segs[2], 1, 4, (12, 16))]:
+        assert seg["env_drift"] == {"world_size": [frm, to]}, seg
+        assert (seg["env_verified"]["from_step"], seg["env_verified"]["to_step"]) == (a, b), seg
+    assert segs[1]["overlap_rows"] == 8  # steps 8-15 re-trained in one process, each compared with the 2-rank row
+    assert_same_run(single, run)
+
+
+def test_verify_of_a_torchrun_run_in_one_process_and_under_torchrun(two_ranks):
+    whole = "6 of 6 interval(s) reproduced bit for bit; verified: every kept interval reproduced and every logged row"
+    r = run_ok(verify_cmd(two_ranks))
+    lines = r.stdout.strip().splitlines()
+    intervals = [ln for ln in lines if ln.startswith("steps ")]
+    assert len(intervals) == 6 and lines[-1].startswith(whole), r.stdout
+    assert all(ln.endswith("reproduced bit for bit (4 losses, 2 fingerprints) (environment: world_size 2 -> 1)")
+               for ln in intervals), r.stdout
+    assert "curve: 24 of 24 logged steps compared with the evidence; every one agrees" in lines, r.stdout
+    r = run_ok(verify_cmd(two_ranks, nproc=4))
+    assert r.stdout.count("reproduced bit for bit (") == 6 and "world_size 2 -> 4" in r.stdout, r.stdout  # said once
+    assert r.stdout.count(whole) == 1 and r.stdout.strip().splitlines()[-1].startswith(whole), r.stdout
+    odd = subprocess.run(verify_cmd(two_ranks, nproc=3), capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert odd.returncode != 0 and no_dormouse_traceback(odd), odd.stdout + odd.stderr
+    assert odd.stdout.count("which 3 workers cannot share evenly: valid world sizes are 1, 2, 4") == 6, odd.stdout
+
+
+def test_a_run_with_one_microbatch_under_torchrun_is_refused_in_one_line(cfg_file, tmp_path):
+    whole = tmp_path / "whole.toml"
+    whole.write_text(cfg_file.read_text().replace("micro_batch = 1\n", ""))
+    r = torchrun(whole, tmp_path / "run")
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("dormouse: error:")]
+    assert r.returncode != 0 and said and no_dormouse_traceback(r), r.stdout + r.stderr
+    assert set(said) == {"dormouse: error: micro_batch = 0 makes 1 microbatch a step (batch = 4), which 2 workers "
+                         "cannot share evenly: valid world sizes are 1. Run on one of them, or start a new run with a "
+                         "micro_batch 2 workers can share (e.g. micro_batch = 2)"}, said
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_offline_targets_move_between_worker_counts_bit_for_bit(tmp_path):
+    """The same with offline JEPA targets (no teacher in the run): 1 process = 2 ranks -> 1 -> 4."""
+    plan = tmp_path / "targets.toml"
+    plan.write_text(CONFIG.replace("steps = 24", "steps = 12"))
+    cfg = dataclasses.replace(load_cfg(plan), jepa_targets=str(tmp_path / "targets"))
+    fit(dataclasses.replace(cfg, aux=False, stress=False, steps=6, ckpt_every=6, eval=False), tmp_path / "teacher",
+        progress=False)
+    precompute_jepa_targets(cfg, tmp_path / "teacher", cfg.jepa_targets, progress=False)
+    save_snapshot(cfg, plan)
+    run_ok(train_cmd(plan, tmp_path / "single"))
+    run_ok(torchrun(plan, tmp_path / "elastic", "--steps", 4))
+    run_ok(train_cmd(plan, tmp_path / "elastic", "--resume", "--steps", 8))
+    run_ok(torchrun(plan, tmp_path / "elastic", "--resume", nproc=4))
+    assert [s["env"]["world_size"] for s in read_jsonl(RunPaths(tmp_path / "elastic").lineage)] == [2, 1, 4]
+    assert all(r["jepa"] > 0 for r in read_jsonl(RunPaths(tmp_path / "single").metrics))  # the targets were used
+    assert_same_run(tmp_path / "single", tmp_path / "elastic")
 
 
 def test_two_rank_resume_is_bitwise_stream_order(cfg_file, tmp_path):
     "The same guarantee in the contiguous `stream` order (the runs above use the default, shuffled)."
     stream = tmp_path / "stream.toml"
-    stream.write_text(cfg_file.read_text().replace("stress = true\n", "stress = true\ndata_order = \"stream\"\n"))
+    stream.write_text(cfg_file.read_text().replace("stress = true\n", "stress = true\ndata_order = \"stream\"\n")
+                      .replace("micro_batch = 1", "micro_batch = 2"))  # a microbatch a rank
     assert 'data_order = "stream"' in stream.read_text()
-    for run, first in [(tmp_path / "whole", []), (tmp_path / "resumed", ["--steps", 12])]:
-        r = torchrun(stream, run, *first)
-        assert r.returncode == 0, r.stdout + r.stderr
-    r = torchrun(stream, tmp_path / "resumed", "--resume")
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_ok(train_cmd(stream, tmp_path / "whole"))
+    run_ok(torchrun(stream, tmp_path / "resumed", "--steps", 12))
+    run_ok(torchrun(stream, tmp_path / "resumed", "--resume"))
     assert_same_run(tmp_path / "whole", tmp_path / "resumed")
-
-
-def _replayed_or_refused(r, run, frm, to, interval):
-    """A world-size change went through the replay: verified and recorded in lineage, or refused (exit 2 from rank 0)
-    naming the first differing step and world_size, with no traceback of dormouse's."""
-    out = r.stdout + r.stderr
-    assert "verifying the environment change (world_size" in out, out
-    assert f"replaying steps {interval} in memory" in out, out
-    assert 'dormouse/' not in "".join(ln for ln in r.stderr.splitlines() if ln.lstrip().startswith("File ")), out
-    if r.returncode == 0:
-        seg = read_jsonl(RunPaths(run).lineage)[-1]
-        assert seg["env_drift"]["world_size"] == [frm, to] and "world_size" in seg["env_verified"]["keys"], seg
-        return
-    assert f"world_size: {frm} -> {to}" in r.stderr, out
-    assert re.search(rf"Replaying steps {interval} under this environment does not reproduce the run: step \d+: ",
-                     r.stderr), out
-
-
-def test_resume_under_another_world_size_goes_through_the_replay(cfg_file, uninterrupted, tmp_path):
-    """2 ranks resumed as 1 process, and a 1-process run resumed under 2 ranks: each replays the last interval
-    under the new world size. On CPU (gloo) the gradient's mean is summed in another order, so here both are
-    refused at the interval's first step; a replay that reproduced would be verified and recorded instead."""
-    run = tmp_path / "one"
-    shutil.copytree(uninterrupted, run)
-    cmd = train_cmd(cfg_file, run, "--resume", "--steps", 28)  # one process, where the run had two ranks
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode in (0, 2), r.stdout + r.stderr
-    _replayed_or_refused(r, run, 2, 1, "20-23")
-    short = tmp_path / "short.toml"  # the reverse: a one-process run of 8 steps, resumed under torchrun
-    short.write_text(cfg_file.read_text().replace("steps = 24", "steps = 8"))
-    r = subprocess.run(train_cmd(short, tmp_path / "solo"), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = torchrun(short, tmp_path / "solo", "--resume", "--steps", 12)
-    _replayed_or_refused(r, tmp_path / "solo", 1, 2, "4-7")
 
 
 def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path):
     long_cfg = tmp_path / "long.toml"  # long enough that the kill lands mid-run on a fast machine too
-    long_cfg.write_text(cfg_file.read_text().replace("steps = 24", "steps = 120"))
+    long_cfg.write_text(cfg_file.read_text().replace("steps = 24", "steps = 120")
+                        .replace("micro_batch = 1", "micro_batch = 2"))  # a microbatch a rank
     ref = tmp_path / "ref"
-    r = torchrun(long_cfg, ref)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_ok(train_cmd(long_cfg, ref))  # one process: the same run as any number of ranks
     run = tmp_path / "killed"
     proc = torchrun(long_cfg, run, wait=False)
     t0 = time.time()
@@ -130,6 +187,5 @@ def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path)
     os.kill(ranks[-1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0, "killing a rank must fail the job"
-    r = torchrun(long_cfg, run, "--resume")
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_ok(torchrun(long_cfg, run, "--resume"))
     assert_same_run(ref, run)

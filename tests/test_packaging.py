@@ -87,7 +87,7 @@ def test_the_wheel_has_every_module_and_the_console_script(wheel):
     modules = {f"dormouse/{p.name}" for p in (ROOT / "dormouse").glob("*.py")}
     assert modules and modules <= names, sorted(modules - names)
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "nbs/", "tools/"))]
-    assert "[console_scripts]\ndormouse = dormouse.cli:main" in entry, entry
+    assert "[console_scripts]\ndormouse = dormouse.console:main" in entry, entry
 
 
 def test_the_installed_command_trains(wheel, tmp_path):

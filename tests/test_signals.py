@@ -87,8 +87,8 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
 
 
 def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_file, tmp_path):
-    small = tmp_path / "cfg.toml"  # 2 ranks: the same rows, half the batch each
-    small.write_text(cfg_file.read_text().replace("steps = 300", "steps = 120"))
+    small = tmp_path / "cfg.toml"  # 2 ranks: the same rows, half the batch each (a microbatch a rank)
+    small.write_text(cfg_file.read_text().replace("steps = 300", "steps = 120\nmicro_batch = 2"))
     run = tmp_path / "run"
     proc = torchrun(small, run, wait=False)
     try:

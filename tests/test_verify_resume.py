@@ -13,7 +13,8 @@ from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.checkpoints import save_run_ckpt
 from dormouse.precompute import precompute_jepa_targets
-from dormouse.replay import Evidence, UnverifiableError, row_check
+from dormouse.evidence import Evidence, row_check
+from dormouse.replay import UnverifiableError
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
 from dormouse.train import fit
@@ -275,13 +276,13 @@ def test_dormouse_verify_bad_input_is_one_line(ref, tmp_path):
     ev["fingerprints"] = ev["fingerprints"][:-1]  # no longer ends at its checkpoint's step: torn
     _rewrite(bad, evidence=ev)
     r = _verify_cli(run)
-    assert r.returncode == 0, r.stdout + r.stderr  # what can be verified is, and the rest is said
+    assert r.returncode == 3, r.stdout + r.stderr  # what can be verified is, the rest is said: not verified
     assert "step_000020.dmck: not verifiable: its fingerprints are not at increasing steps" in r.stdout
     assert "steps 0-9: reproduced" in r.stdout and "steps 20-29: not verifiable" not in r.stdout
     for p in RunPaths(run).checkpoints():
         _rewrite(p, evidence=None)
     r = _verify_cli(run)
-    assert r.returncode == 2 and "nothing in" in r.stderr and "carries no evidence" in r.stderr, r.stderr
+    assert r.returncode == 3 and "nothing in" in r.stderr and "carries no evidence" in r.stderr, r.stderr
     assert len(r.stderr.splitlines()) == 1
 
 

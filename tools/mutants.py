@@ -81,6 +81,9 @@ OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 TRACK_VIEWS = "tests/test_track_views.py"  # issue 41: trackers are views
 TRACK_TB_NB = "nbs/21e_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
 TRACK_ML_NB = "nbs/21f_track_mlflow.ipynb"  # the MLflow tracker across a resume
+TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
+WORKERS = "tests/test_workers.py"  # issue 40: one process accumulating = 2 and 4 workers (threads), in seconds
+ELASTIC = "tests/test_ddp.py::test_a_run_moves_from_2_to_1_to_4_processes_bit_for_bit"  # torchrun: 2 -> 1 -> 4
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
@@ -104,7 +107,7 @@ MUTANTS = [
         "teacher_not_frozen_after_load",
         "item 1: restore rebuilds the teacher from the student and loads its record without the freeze",
         [
-            edit("parts.py", "import hashlib, json", "import copy, hashlib, json"),
+            edit("parts.py", "import hashlib, inspect, json", "import copy, hashlib, inspect, json"),
             edit(
                 "parts.py",
                 "            parts.teacher.load_state_dict(ck.teacher)",
@@ -328,7 +331,7 @@ MUTANTS = [
     Mutant(
         "older_snapshot_reads_compiled",
         "a run from before `compile` existed reads back as compiled, so its own resume is refused as drift",
-        [edit("config.py", '4: ({"compile": False}, {})}', '4: ({"compile": True}, {})}')],
+        [edit("config.py", '4: ({"compile": False}, {}),', '4: ({"compile": True}, {}),')],
         ["nbs/00_config.ipynb"],
     ),
     Mutant(
@@ -370,9 +373,10 @@ MUTANTS = [
     # resuming
     Mutant(
         "env_drift_not_checked",
-        "a resume under another numeric environment goes ahead unrecorded",
-        [edit("numerics.py", "drift = env_diff(saved, now) if saved is not None else {}", "drift = {}")],
-        [f"{UNITS}::test_environment_drift_is_refused_naming_the_key_unless_allowed"],
+        "a resume under another numeric environment goes ahead unrecorded, its interval not replayed whole",
+        [edit("resume.py", "    drift = env_diff(found.ckpt.env, env) if found.ckpt.env is not None else {}",
+              "    drift = {}")],
+        ["tests/test_verify_resume.py::test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same"],
     ),
     Mutant(
         "drift_not_checked_on_resume",
@@ -434,11 +438,11 @@ MUTANTS = [
         [edit("train.py", "signals = (signal.SIGINT, signal.SIGTERM)", "signals = (signal.SIGINT,)")],
         ["tests/test_signals.py::test_sigterm_in_process_stops_at_a_step_boundary_and_resumes_bitwise"],
     ),
-    # DDP
+    # scale-out under torchrun
     Mutant(
         "ddp_rank_slice_shifted",
         "every rank trains the first slice of the global batch",
-        [edit("step.py", "slice(rank * per, (rank + 1) * per)", "slice(0, per)")],
+        [edit("step.py", "slice(block.start * mb, block.stop * mb)", "slice(0, len(block) * mb)")],
         [f"{UNITS}::test_every_rank_slice_of_a_global_batch_concatenates_to_the_batch"],
     ),
     Mutant(
@@ -544,7 +548,7 @@ MUTANTS = [
     Mutant(
         "huge_cli_integer_unchecked",
         "a 5,000-digit flag reaches int(): Python's 'Exceeds the limit' instead of one line",
-        [edit("cli.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
+        [edit("flags.py", "        if digits > MAX_INT_DIGITS:\n", "        if False:\n")],
         [f"{RANGES}::test_a_huge_integer_flag_is_one_problem_naming_the_flag"],
     ),
     Mutant(
@@ -772,9 +776,9 @@ MUTANTS = [
     ),
     Mutant(
         "moved_corpus_without_a_way_on",
-        "a moved corpus is refused as drift on data without saying to put it back or link it",
+        "a corpus refused as drift on data (other bytes, or a plan that pins none) is not told how to go on",
         [edit("config.py", 'if "data" in diffs else ""', 'if False else ""')],
-        [f"{RESUME_KEYS}::test_a_moved_corpus_is_refused_saying_to_put_it_back_and_a_link_resumes"],
+        [f"{RESUME_KEYS}::test_other_bytes_at_any_path_are_refused_and_an_older_plan_names_its_path"],
     ),
     Mutant(
         "generate_prints_the_prompt_first",
@@ -838,17 +842,17 @@ MUTANTS = [
     Mutant(
         "evidence_not_compared",
         "a resume re-trains the steps after its checkpoint without comparing them with the run's rows",
-        [edit("replay.py", '        rec = self.recorded.get(row["step"])', "        rec = None")],
+        [edit("evidence.py", '        rec = self.recorded.get(row["step"])', "        rec = None")],
         ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
     ),
     Mutant(
         "evidence_compared_only_at_checkpoints",
-        "the overlap check looks only at checkpoint steps: a difference between them goes unseen",
+        "the overlap check looks only at fingerprinted steps: a loss that differs between them goes unseen",
         [
             edit(
                 "train.py",
-                "                seg.overlap.check(row)  # a step",
-                "                seg.overlap.check(row) if save_now else None  # a step",
+                "    seg.overlap.check(row)  # a step",
+                '    seg.overlap.check(row) if row["fingerprint"] else None  # a step',
             )
         ],
         ["tests/test_verify_resume.py::test_a_killed_run_resumes_comparing_every_step_it_re_trains"],
@@ -856,19 +860,19 @@ MUTANTS = [
     Mutant(
         "replay_writes_into_the_run_dir",
         "dormouse verify takes the run's lock as a writer: it writes its note into the run directory it proves",
-        [edit("verify.py", "    with RunLock(paths.lock, shared=True):", "    with RunLock(paths.lock):")],
+        [edit("verify.py", "RunLock(paths.lock, shared=True):", "RunLock(paths.lock):")],
         ["tests/test_verify_resume.py::test_dormouse_verify_reproduces_every_interval_and_writes_nothing"],
     ),
     Mutant(
         "verified_resume_not_recorded",
         "a resume verified by replay leaves no record of what was verified in lineage.jsonl",
-        [edit("train.py", '"env_verified": r.env_verified,', '"env_verified": None,')],
+        [edit("train.py", '"env_verified": o.env_verified,', '"env_verified": None,')],
         ["tests/test_verify_resume.py::test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same"],
     ),
     Mutant(
         "overlap_mismatch_only_warned",
         "a re-trained step that differs from the run's row is a warning, and the diverged run goes on",
-        [edit("replay.py", "        if self.waived:", "        if True:")],
+        [edit("evidence.py", "        if self.waived:", "        if True:")],
         ["tests/test_verify_resume.py::test_a_re_trained_step_that_differs_stops_the_resume_before_its_checkpoint"],
     ),
     Mutant(
@@ -992,6 +996,172 @@ MUTANTS = [
         "the MLflow tracker leaves its SQLite store open after the run: fit does not leave the process as it found it",
         [edit("track_mlflow.py", "            store.engine.dispose()", "            pass")],
         [f"{TRACK_VIEWS}::test_a_run_with_trackers_leaves_no_thread_and_no_file_of_the_run_open"],
+    ),
+    # issue 39 (proof): replay before trust, code is environment, verify proves the curve, a corpus is its bytes
+    Mutant(
+        "replay_before_trust_skipped",
+        "a resume whose environment record is unchanged trusts its checkpoint: an SDPA switch flipped in the process "
+        "trains another run",
+        [edit("resume.py", "    replayed = None if allow_env_drift else replay(found)",
+              "    replayed = replay(found) if drift and not allow_env_drift else None")],
+        [f"{TRUST}::test_a_resume_after_flipping_an_sdpa_switch_is_refused_naming_the_step",
+         f"{TRUST}::test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_which"],
+    ),
+    Mutant(
+        "changed_record_replays_only_the_first_steps",
+        "a resume whose environment record changed replays only the first steps of the interval, not all of it",
+        [edit("replay.py", "        stop = replay_stop(ev, None if drift else verify_steps)",
+              "        stop = replay_stop(ev, verify_steps)")],
+        [f"{TRUST}::test_a_changed_record_still_replays_the_whole_interval"],
+    ),
+    Mutant(
+        "unverified_resume_recorded_as_replayed",
+        "a resume with nothing to replay is recorded as if a replay had proved it",
+        [edit("replay.py", "        return Replayed(ck.step, ck.step, 0, 0, unverified=str(e))",
+              "        return Replayed(ck.step, ck.step, 0, 0)")],
+        [f"{TRUST}::test_nothing_to_replay_with_the_record_unchanged_resumes_unverified_and_says_so"],
+    ),
+    Mutant(
+        "kit_code_not_recorded",
+        "the environment record holds the kit's version only: a kit edited in place resumes as the same run",
+        [edit("numerics.py", '           "kit_code": kit_code(), **DEFINITIONS}', "           **DEFINITIONS}")],
+        [f"{TRUST}::test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes"],
+    ),
+    Mutant(
+        "kit_code_hashes_only_its_roots",
+        "the kit's code is hashed without the modules a step imports: an edit to the model is not a change",
+        [edit("numerics.py", "                todo += re.findall(", "                todo += [] and re.findall(")],
+        [f"{TRUST}::test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes"],
+    ),
+    Mutant(
+        "curve_resealed_edit_unseen",
+        "dormouse verify compares the rows with their seals only: a row edited and resealed passes",
+        [edit("evidence.py", '            if what := row_disagrees(r, *held[step].at(step), "logged", exact=True):',
+              '            if what := "":')],
+        [f"{TRUST}::test_verify_of_an_edited_row_fails_naming_the_step[edited-and-resealed]"],
+    ),
+    Mutant(
+        "curve_missing_rows_unseen",
+        "a step the evidence holds and the curve lacks is not named: a dropped row passes",
+        [edit("evidence.py", "    disagree[kinds[2]] = sorted(set(held) - seen)", "    disagree[kinds[2]] = []")],
+        [f"{TRUST}::test_verify_names_missing_and_duplicated_rows_and_says_what_it_covered"],
+    ),
+    Mutant(
+        "verify_passes_what_it_could_not_verify",
+        "dormouse verify exits 0 though the newest checkpoint is corrupt and its interval was never verified",
+        [edit("verify.py", '        return "unverifiable" if any(i.verdict == "unverifiable" for i in self.intervals)',
+              '        return "reproduced" if any(i.verdict == "unverifiable" for i in self.intervals)')],
+        [f"{TRUST}::test_verify_of_a_run_with_a_corrupt_newest_checkpoint_exits_non_zero"],
+    ),
+    Mutant(
+        "verify_threads_unchecked",
+        "dormouse verify --threads 0 is read as the plan's, --threads -3 fails after output has started",
+        [edit("verify.py", "    _check_threads(threads)\n", "")],
+        [f"{TRUST}::test_verify_bad_arguments_are_one_line_before_any_output"],
+    ),
+    Mutant(
+        "corpus_known_by_its_path",
+        "a run moved with its corpus to another path is refused as drift although the bytes are the pinned ones",
+        [edit("config.py", "            continue  # the same bytes, found at another path",
+              "            pass  # the same bytes, found at another path")],
+        ["tests/test_resume_keys.py::test_a_run_moved_with_its_corpus_resumes_and_verifies_with_data"],
+    ),
+    Mutant(
+        "corpus_form_unchecked",
+        "a directory's bytes given as one file resume: the same sha256, another split, another run",
+        [edit("resume.py", "    if was_file != is_file:", "    if False:")],
+        ["tests/test_resume_keys.py::test_the_same_bytes_in_another_form_are_refused"],
+    ),
+    Mutant(
+        "corpus_bytes_unchecked_at_a_new_path",
+        "the corpus at a new path is taken on its path's word: other bytes resume under the pinned hash",
+        [edit("data.py", "    if cfg.data_sha256 and corpus.sha256 != cfg.data_sha256:", "    if False:")],
+        ["tests/test_resume_keys.py::test_other_bytes_at_any_path_are_refused_and_an_older_plan_names_its_path"],
+    ),
+    Mutant(
+        "lineage_names_no_corpus_path",
+        "a segment's lineage row does not say which path its corpus was read from",
+        [edit("train.py", '"data": cfg.data,', '"data": None,')],
+        ["tests/test_resume_keys.py::test_a_run_moved_with_its_corpus_resumes_and_verifies_with_data"],
+    ),
+    Mutant(
+        "fit_arguments_unchecked",
+        "fit(progress='x') is accepted, and a bad verify_steps fails deep in a resume",
+        [edit("train.py", "    if progress not in (None, True, False):", "    if False:"),
+         edit("train.py", "isinstance(verify_steps, bool) or verify_steps < 1:", "isinstance(verify_steps, bool):")],
+        [f"{TRUST}::test_fit_refuses_each_bad_argument_in_one_line_naming_it"],
+    ),
+    Mutant(
+        "ctrl_c_while_importing_is_a_traceback",
+        "Ctrl-C while the command imports torch prints a KeyboardInterrupt traceback",
+        [edit("console.py", "    except KeyboardInterrupt:", "    except OSError:")],
+        [f"{TRUST}::test_ctrl_c_while_the_command_imports_is_one_line_and_130"],
+    ),
+    Mutant(
+        "inspect_reads_a_tables_file_as_a_container",
+        "dormouse inspect calls a tables file a truncated v1 container claiming gigabytes",
+        [edit("report.py", "        if kind:\n", "        if False:\n")],
+        ["tests/test_cli_errors.py::test_inspect_names_a_tables_file_as_one"],
+    ),
+    Mutant(
+        "failed_commit_leaves_its_tables_file",
+        "a container write that fails (a full disk) leaves the tables file it would have named",
+        [edit("checkpoints.py", "            Path(written).unlink(missing_ok=True)", "            pass")],
+        ["tests/test_cli_errors.py::test_a_full_disk_mid_checkpoint_is_one_line_and_loses_nothing"],
+    ),
+    Mutant(
+        "one_line_joins_sentences_with_a_semicolon",
+        "a refusal of several sentences reads '.;' where one sentence ends and the next begins",
+        [edit("cli.py", 'out.endswith((":", ".", ";"))', 'out.endswith(":")')],
+        ["tests/test_cli_errors.py::test_bad_input_is_one_line[another corpus, unpinned]"],
+    ),
+    # one canonical sum (issue 40): a run moves between 1, 2 and 4 processes and accumulation bit for bit
+    Mutant(
+        "last_rank_sums_in_arrival_order",
+        "one rank adds its microbatches in a running sum (as plain gradient accumulation does), not over the tree",
+        [
+            edit(
+                "step.py",
+                "            own.add(i, i + 1, _microbatch(parts, cfg, step, b, micro_rows(cfg, i), first=i == first))",
+                "            v = _microbatch(parts, cfg, step, b, micro_rows(cfg, i), first=i == first)\n"
+                "            if rank == world - 1 and own.nodes:\n"
+                "                own.nodes[-1] = (own.nodes[-1][0], i + 1, own.nodes[-1][2].add_(v))\n"
+                "            else:\n"
+                "                own.add(i, i + 1, v)",
+            )
+        ],
+        [f"{WORKERS}::test_one_process_accumulating_equals_2_and_4_workers", ELASTIC],
+    ),
+    Mutant(
+        "loss_averaged_over_local_microbatches",
+        "each rank logs (and decides the latch on) the mean loss of its own microbatches, not of the global batch",
+        [
+            edit(
+                "step.py",
+                "        total = canonical_total(own, rank, world) if exchange is None else exchange(own)\n",
+                "        local = sum(v[-3:].clone() for _, _, v in own.nodes) / (last - first)\n"
+                "        total = canonical_total(own, rank, world) if exchange is None else exchange(own)\n"
+                "        total[-3:] = local * k\n",
+            )
+        ],
+        [f"{WORKERS}::test_one_process_accumulating_equals_2_and_4_workers", ELASTIC],
+    ),
+    Mutant(
+        "ngram_rows_reduced_with_all_reduce",
+        "the n-gram rows' gradient is an all_reduce of each rank's sum: its order depends on the world size",
+        [
+            edit(
+                "step.py",
+                "        total.div_(k)  # the same bits on every rank, on any number of ranks\n",
+                "        total.div_(k)\n"
+                "        if world > 1:\n"
+                "            at = sum(p.numel() for p in _trained(parts))\n"
+                "            rows = sum(v[at:-3].clone() for _, _, v in own.nodes)\n"
+                "            torch.distributed.all_reduce(rows)\n"
+                "            total[at:-3] = rows / k\n",
+            )
+        ],
+        [ELASTIC],
     ),
 ]
 
