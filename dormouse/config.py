@@ -36,6 +36,7 @@ class ModelCfg:
     ngram_slots: int = 1 << 16  # rows per n-gram table
     ngram_dim: int = 32  # width of an n-gram table row
     match_orders: list[int] = field(default_factory=lambda: [4, 8, 16, 32])  # match-code orders (powers of two)
+    match_train: bool = True  # match codes also read the training text before a unit (`match.train_codes`)
     pred_mult: int = 2  # JEPA predictor hidden width as a multiple of d_model
 
 # %% ../nbs/00_config.ipynb #7f34f2bc
@@ -219,10 +220,10 @@ def field_names(cls=TrainCfg, prefix: str = "") -> list[str]:
     return [k for k, t in field_types(cls, prefix).items() if not dataclasses.is_dataclass(t)]
 
 # %% ../nbs/00_config.ipynb #5799d825
-SNAPSHOT_FORMAT = 5  # the format this kit writes: raised whenever a key is added
+SNAPSHOT_FORMAT = 6  # the format this kit writes: raised whenever a key is added
 # What each format added, with the value a run had before the key existed: ({key: value}, {[model] key: value}).
 ADDED_IN = {2: ({"data_order": "stream"}, {}), 3: ({}, {"match_orders": []}), 4: ({"compile": False}, {}),
-            5: ({"micro_batch": 0}, {})}
+            5: ({"micro_batch": 0}, {}), 6: ({}, {"match_train": False})}
 MAX_CONFIG_BYTES = 1 << 20  # the biggest config file or snapshot read (a snapshot is ~2 KB)
 
 def snapshot_mark(fmt: int) -> str:

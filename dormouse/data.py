@@ -12,13 +12,13 @@ import torch
 import xxhash
 from .config import DATA_ORDERS, ConfigError, TrainCfg
 from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
-from .match import MATCH_FORMAT, unit_codes
+from .match import MATCH_FORMAT, train_codes, unit_codes
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
 __all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'EVAL_SEED', 'CorpusError', 'cache_dir', 'cache_write', 'source_files', 'file_sha256',
            'stdlib_root', 'holdout_files', 'build_dir_corpus', 'min_corpus_bytes', 'keyed_sequences', 'FileBytes',
-           'Corpus', 'unit_starts', 'load_corpus', 'corpus_for', 'default_corpus_bytes']
+           'Corpus', 'unit_starts', 'corpus_codes', 'text_codes', 'load_corpus', 'corpus_for', 'default_corpus_bytes']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
@@ -228,6 +228,7 @@ class Corpus:
     n_train: int  # bytes [0, n_train) are training data; the rest is held out
     manifest: dict | None = field(default=None, repr=False)  # a directory corpus's build record (files, splits, hashes)
     match_orders: tuple = ()  # the orders of `match` (empty: no match codes)
+    match_train: bool = False  # the codes also read the training text before each unit (`match.train_codes`)
     match: np.ndarray | None = field(default=None, repr=False)  # uint16 match codes [len(data), orders], or None
 
     @property
@@ -311,9 +312,12 @@ def unit_starts(corpus: Corpus) -> list[int]:
         return [f["offset"] for f in corpus.manifest["files"]]
     return [0, corpus.n_train]
 
-def _match_codes(corpus: Corpus, orders: list[int]) -> np.ndarray:
-    "The corpus's match codes: a complete, unchanged cache entry, else computed (each unit alone) and cached."
-    key = f"match-{corpus.sha256[:16]}-{corpus.n_train}-{'-'.join(map(str, orders))}-f{MATCH_FORMAT}"
+def corpus_codes(corpus: Corpus,  # the corpus
+                 orders: list[int],  # the codes' orders
+                 train: bool = False,  # also read the training text before each unit (`match.train_codes`)
+                ) -> np.ndarray:
+    "The corpus's match codes: a complete, unchanged cache entry, else computed and cached."
+    key = f"match-{corpus.sha256[:16]}-{corpus.n_train}-{'-'.join(map(str, orders))}-f{MATCH_FORMAT}{'-t' * train}"
     bin_p, meta_p, shape = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json", (len(corpus.data), len(orders))
     try:
         blob, meta = bin_p.read_bytes(), json.loads(meta_p.read_text())
@@ -322,7 +326,8 @@ def _match_codes(corpus: Corpus, orders: list[int]) -> np.ndarray:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no entry, a torn one or another kit's: computed again below
     raw = np.frombuffer(bytes(corpus.data), dtype=np.uint8)
-    codes = unit_codes(raw, unit_starts(corpus), orders).astype("<u2")
+    codes = (train_codes(raw, unit_starts(corpus), corpus.n_train, orders) if train else
+             unit_codes(raw, unit_starts(corpus), orders)).astype("<u2")
     blob = codes.tobytes()
     try:
         cache_write(bin_p, blob)
@@ -331,19 +336,48 @@ def _match_codes(corpus: Corpus, orders: list[int]) -> np.ndarray:
         pass  # an unwritable cache costs the computation next time, nothing else
     return codes
 
-def _coded(corpus: Corpus, match_orders) -> Corpus:
-    "The corpus with the match codes of `match_orders` (none: as it is)."
+def _coded(corpus: Corpus, match_orders, match_train: bool = False) -> Corpus:
+    "The corpus with the match codes of `match_orders` (none: as it is) that `corpus_codes` computes."
     if not match_orders:
         return corpus
-    return dataclasses.replace(corpus, match_orders=tuple(match_orders), match=_match_codes(corpus, list(match_orders)))
+    codes = corpus_codes(corpus, list(match_orders), match_train)
+    return dataclasses.replace(corpus, match_orders=tuple(match_orders), match_train=match_train, match=codes)
+
+def text_codes(corpus: Corpus,  # the corpus whose training text the texts are read after
+               texts: list[bytes],  # each its own unit, outside the corpus (a sampled piece, an installed file)
+               orders: list[int],  # the codes' orders
+              ) -> list[np.ndarray]:
+    "`match.train_codes` of texts read after the corpus's training text, each a unit: [len(text), orders] (cached)."
+    if not texts:
+        return []
+    h = hashlib.sha256(json.dumps([corpus.sha256, corpus.n_train, list(orders), MATCH_FORMAT]).encode())
+    for t in texts:
+        h.update(hashlib.sha256(t).digest())
+    bin_p, sizes = cache_dir() / f"match-texts-{h.hexdigest()[:32]}.bin", [len(t) for t in texts]
+    try:
+        blob = bin_p.read_bytes()
+        if len(blob) == 2 * sum(sizes) * len(orders) + 8 and blob[:8] == xxhash.xxh3_64_digest(blob[8:]):
+            codes = np.frombuffer(blob[8:], dtype="<u2").reshape(-1, len(orders))
+            return np.split(codes, np.cumsum(sizes)[:-1])
+    except OSError:
+        pass  # no entry: computed below
+    starts = [s for s in unit_starts(corpus) if s < corpus.n_train] + list(corpus.n_train + np.cumsum([0] + sizes[:-1]))
+    raw = np.frombuffer(bytes(corpus.data[:corpus.n_train]) + b"".join(texts), dtype=np.uint8)
+    codes = train_codes(raw, starts, corpus.n_train, orders)[corpus.n_train:].astype("<u2")
+    try:
+        cache_write(bin_p, xxhash.xxh3_64_digest(codes.tobytes()) + codes.tobytes())
+    except OSError:
+        pass  # an unwritable cache costs the computation next time, nothing else
+    return np.split(codes, np.cumsum(sizes)[:-1])
 
 def load_corpus(path: str | Path = "",  # a byte file, a directory, or "" for the standard library (the default corpus)
                 holdout_frac: float = 0.05,  # fraction held out for eval: a file's tail, or whole files of a directory
                 seq_len: int = 128,  # the run's sequence length, to check the size
                 match_orders: list[int] | tuple = (),  # compute the match codes of these orders (`dormouse.match`)
+                match_train: bool = False,  # the codes also read the training text before each unit
                ) -> Corpus:
     "Open a corpus, check both splits are big enough, and split it; with `match_orders`, code every unit."
-    return _coded(_open_corpus(path, holdout_frac, seq_len), match_orders)
+    return _coded(_open_corpus(path, holdout_frac, seq_len), match_orders, match_train)
 
 def corpus_for(cfg: TrainCfg,  # the plan: its corpus's split and size check, match codes, and pinned sha256
                data: str | None = None,  # where the corpus is now, if not at the plan's path (None: `cfg.data`)
@@ -355,7 +389,7 @@ def corpus_for(cfg: TrainCfg,  # the plan: its corpus's split and size check, ma
         raise ConfigError(f"data_sha256 in the plan ({cfg.data_sha256[:12]}…) is not the sha256 of {corpus.source} "
                           f"({corpus.sha256[:12]}…): the corpus changed. Point data at the run's bytes (any path that "
                           "holds them), or start a new run.")
-    return _coded(corpus, cfg.model.match_orders)
+    return _coded(corpus, cfg.model.match_orders, cfg.model.match_train)
 
 def default_corpus_bytes(holdout_frac: float = 0.05) -> bytes:
     "The default corpus's bytes (the standard library tree, training files first)."

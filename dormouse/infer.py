@@ -15,7 +15,7 @@ from .config import (QUANT_FORMATS, ConfigError, TrainCfg, cfg_from_dict, cfg_to
 from .rng import STREAM_SAMPLE, keyed_uniform
 from .quant import FallbackLatch, apply_compute_settings, quant_format
 from .ngram import NgramTables
-from .match import stream_codes
+from .match import MATCH_VOCAB_TRAIN, stream_codes
 from .model import N_VOCAB, DormouseModel
 from .numerics import numeric_scope
 from .container import load_ckpt
@@ -54,6 +54,8 @@ def infer_model_shape(sd: dict) -> dict:
         out["pred_mult"] = shape("jepa.predictor.up.U")[0] // d
     if "match_emb.weight" not in sd:
         out["match_orders"] = []  # with match_emb the orders have no tensor of their own: a config names them
+    else:
+        out["match_train"] = shape("match_emb.weight")[1] == MATCH_VOCAB_TRAIN  # codes that read the training text
     return out
 
 # %% ../nbs/24_infer.ipynb #4fc9aced

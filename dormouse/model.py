@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from .config import ModelCfg, TrainCfg
 from .rng import STREAM_DEPTH, STREAM_INIT, keyed_normal, keyed_randint
-from .match import MATCH_VOCAB
+from .match import MATCH_VOCAB, MATCH_VOCAB_TRAIN
 from .quant import FactorLinear
 
 # %% auto #0
@@ -47,12 +47,14 @@ class RMSNorm(nn.Module):
 
 class MatchEmbedding(nn.Module):
     "A learned vector per (order, match code), summed over the orders (zeros: filled by `init_params`)."
-    def __init__(self, n_orders: int, d: int):
+    def __init__(self, n_orders: int, d: int,
+                 vocab: int = MATCH_VOCAB,  # codes per order: MATCH_VOCAB_TRAIN for codes that read the training text
+                ):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(n_orders, MATCH_VOCAB, d))
+        self.weight = nn.Parameter(torch.zeros(n_orders, vocab, d))
 
     def forward(self, match: torch.Tensor) -> torch.Tensor:
-        offsets = torch.arange(self.weight.shape[0], device=match.device) * MATCH_VOCAB
+        offsets = torch.arange(self.weight.shape[0], device=match.device) * self.weight.shape[1]
         return F.embedding(match + offsets, self.weight.view(-1, self.weight.shape[-1])).sum(-2)
 
 def rotary(q: torch.Tensor) -> torch.Tensor:
@@ -172,7 +174,8 @@ class DormouseModel(nn.Module):
         if aux:
             self.jepa = JepaParts(cfg)  # registered after the shared parameters: they keep their numbers (and init)
         if cfg.match_orders:  # a module registered last: every other parameter keeps its number (and init)
-            self.match_emb = MatchEmbedding(len(cfg.match_orders), d)
+            vocab = MATCH_VOCAB_TRAIN if cfg.match_train else MATCH_VOCAB
+            self.match_emb = MatchEmbedding(len(cfg.match_orders), d, vocab)
 
     @property
     def mask_emb(self) -> nn.Parameter:
@@ -222,6 +225,27 @@ class DormouseModel(nn.Module):
             h = torch.where(mask.unsqueeze(-1), self.mask_emb.to(h.dtype), h)
         return h
 
+    def trunk(self, x: torch.Tensor,  # int64 bytes [B, T]
+              depth: int,  # core-block repeats
+              ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
+              *,
+              match: torch.Tensor | None = None,  # int64 match codes [B, T, orders], as in `embed`
+              mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
+             ) -> torch.Tensor:
+        "The core loop's output [B, T, d], in the forward's dtype: embed, prelude, then the core `depth` times."
+        if depth < 1:
+            raise ValueError(f"depth={depth} must be >= 1")
+        with self._autocast(x):
+            h = self.prelude(self.embed(x, ngram, match=match, mask=mask))
+            for _ in range(depth):
+                h = self.core(h)
+        return h
+
+    def top(self, h: torch.Tensor) -> torch.Tensor:
+        "Next-byte logits [B, T, 256] (fp32) from the core loop's output: coda, norm, head."
+        with self._autocast(h):
+            return self.head(self.norm(self.coda(h))).float()
+
     def forward_with_hidden(self, x: torch.Tensor,  # int64 bytes [B, T]
                             depth: int,  # core-block repeats
                             ngram: torch.Tensor | None = None,  # n-gram features [B, T, ngram_dim], or None
@@ -230,17 +254,9 @@ class DormouseModel(nn.Module):
                             mask: torch.Tensor | None = None,  # bool [B, T]: positions replaced by mask_emb
                             logits: bool = True,  # False: skip coda and head (a teacher needs only `hidden`)
                            ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        "(logits [B, T, 256], hidden [B, T, d]) where hidden is the core loop's output."
-        if depth < 1:
-            raise ValueError(f"depth={depth} must be >= 1")
-        with self._autocast(x):
-            h = self.prelude(self.embed(x, ngram, match=match, mask=mask))
-            for _ in range(depth):
-                h = self.core(h)
-            if not logits:
-                return None, h.float()
-            out = self.head(self.norm(self.coda(h)))
-        return out.float(), h.float()
+        "(logits [B, T, 256], hidden [B, T, d]) where hidden is the core loop's output: `top(trunk(...))`."
+        h = self.trunk(x, depth, ngram, match=match, mask=mask)
+        return (self.top(h) if logits else None), h.float()
 
     def forward(self, x: torch.Tensor, depth: int, ngram: torch.Tensor | None = None,
                 *,

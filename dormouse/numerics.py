@@ -185,6 +185,7 @@ DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a nu
     "def_eval_sample": 1,  # data + step.evaluate: which held-out bytes the eval scores, and how
     "def_data_order": 1,  # data.batch_at: which sequences make batch i, in both data orders
     "def_match": 1,  # match.match_codes and data.unit_starts: the codes a corpus's bytes get
+    "def_match_train": 1,  # match.train_codes: the codes that also read the training text before a unit
 }
 
 STEP_MODULES = ("step", "targets", "checkpoints", "numerics")  # what a step, a restore and a run's scope run

@@ -36,9 +36,11 @@ def pre_batches(cfg: TrainCfg) -> int:
     return int(cfg.warmup_forwards) + int(cfg.quant_check)
 
 def _orders(corpus: Corpus, cfg: TrainCfg) -> None:
-    if tuple(corpus.match_orders) != tuple(cfg.model.match_orders):
-        raise ValueError(f"the corpus carries match codes of orders {list(corpus.match_orders)}, the model embeds "
-                         f"{list(cfg.model.match_orders)}: open it with `corpus_for(cfg)`")
+    train = cfg.model.match_train and bool(cfg.model.match_orders)
+    if tuple(corpus.match_orders) != tuple(cfg.model.match_orders) or corpus.match_train != train:
+        raise ValueError(f"the corpus carries match codes of orders {list(corpus.match_orders)} (training text: "
+                         f"{corpus.match_train}), the model embeds {list(cfg.model.match_orders)} (training text: "
+                         f"{train}): open it with `corpus_for(cfg)`")
 
 def global_match(corpus: Corpus, i: int, cfg: TrainCfg, *, device: str = "cpu"):
     "The match codes of global batch `i`: int64 [batch, seq_len, orders], or None for a model without them."
@@ -220,7 +222,7 @@ def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
 def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str,
              stop=None,  # a callable asked before every batch: True abandons the eval and returns {}
             ) -> dict[str, float]:
-    "Held-out CE (nats) and bits/byte at each of `eval_depths`; reads only the held-out split, changes no state."
+    "Held-out CE (nats) and bits/byte over cold windows at each of `eval_depths`; changes no state."
     _orders(corpus, cfg)
     was = parts.model.training
     parts.model.eval()
@@ -239,7 +241,7 @@ def evaluate(parts: Parts, corpus: Corpus, cfg: TrainCfg, device: str,
                 _, ce, _ = compute_losses(parts.model, x[r], y[r], depth=d, ngram=parts.tables.lookup(x, r),
                                           match=None if m is None else m[r])
                 tot += ce.item()
-        out[f"eval_d{d}"] = tot / (cfg.eval_batches * micro_count(cfg))
-        out[f"eval_bpb_d{d}"] = out[f"eval_d{d}"] / math.log(2)  # bits per byte: comparable with compressors
+        out[f"eval_cold_d{d}"] = tot / (cfg.eval_batches * micro_count(cfg))
+        out[f"eval_cold_bpb_d{d}"] = out[f"eval_cold_d{d}"] / math.log(2)  # cold windows: not a compressor's figure
     parts.model.train(was)
     return out

@@ -9,7 +9,7 @@ import dataclasses, hashlib
 import pytest
 import torch
 
-from dormouse.data import load_corpus
+from dormouse.data import corpus_codes, load_corpus
 from dormouse.numerics import DEFINITIONS, env_diff, numeric_env
 from dormouse.parts import build_parts, state_fingerprint
 from dormouse.testing import tiny_cfg
@@ -19,6 +19,7 @@ GOLDEN = {  # {definition: {version: the value its definition gives the fixed in
     "def_eval_sample": {1: "3a0df9d6ab2a14a3"},
     "def_data_order": {1: "89ed151383ed59d4"},
     "def_match": {1: "86f45b52ac28f240"},
+    "def_match_train": {1: "03521c019d42e167"},
 }
 
 
@@ -63,6 +64,8 @@ def values(corpus) -> dict:
         "def_data_order": _sha(t for order in ("shuffled", "stream") for i in (0, 1, 500, 12345)
                                for t in corpus.batch_at(i, 4, 32, order, 1)),
         "def_match": _sha([torch.from_numpy(corpus.match.astype("int64"))]),
+        "def_match_train": _sha([torch.from_numpy(corpus_codes(corpus, [1, 2, 4, 8, 16, 32, 64], train=True)
+                                                   .astype("int64"))]),
     }
 
 
