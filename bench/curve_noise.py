@@ -62,7 +62,7 @@ def main() -> None:
             t0 = time.time()
             df = fit(small_cfg(order, a.steps, a.threads), Path(tmp) / order, progress=False)
             half = df.loss.iloc[len(df) // 2 :]
-            bpb = float(df["eval_bpb_d2"].dropna().iloc[-1])
+            bpb = float(df["eval_cold_bpb_d2"].dropna().iloc[-1])
             res[order] = dict(std=float(half.std()), mean=float(half.mean()), bpb=bpb, wall=time.time() - t0)
             r = res[order]
             print(

@@ -47,7 +47,7 @@ def main(argv=None):
     sys.stdout.write(out)
     sys.stderr.write(err)
     fit_s = rows[-1]["t"] if rows else float("nan")
-    evals = [r for r in rows if any(k.startswith("eval_d") for k in r)]
+    evals = [r for r in rows if any(k.startswith("eval_cold_d") for k in r)]
     m = re.search(r"^held-out (\d+\.\d+) bits/byte", out, re.M)
     t_score = next((t for t, line in lines if line.startswith("scoring the held-out sample")), wall)
     t_held = next((t for t, line in lines if line.startswith("held-out ")), wall)

@@ -127,7 +127,7 @@ def quality(a) -> None:
         for s in range(cfg.steps):
             losses.append(train_step(parts, corpus, cfg, s, probe_batches=pre_batches(cfg), device="cpu")["loss"])
         t1 = time.time()
-        ev = evaluate(parts, corpus, cfg, "cpu")[f"eval_bpb_d{cfg.model.depth}"]
+        ev = evaluate(parts, corpus, cfg, "cpu")[f"eval_cold_bpb_d{cfg.model.depth}"]
         sc = score(parts.model, parts.tables, corpus, cfg.seq_len, cfg.model.depth, stride=a.stride or None,
                    sample=sample)
     t2 = time.time()

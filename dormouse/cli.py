@@ -4,7 +4,7 @@
 
 # %% ../nbs/26_cli.ipynb #3c97eb35
 from __future__ import annotations
-import errno, os, sys
+import dataclasses, errno, json, os, sys
 from pathlib import Path
 from .config import ConfigError, DriftError, TrainCfg, load_cfg
 from .validate import validate
@@ -24,45 +24,16 @@ from .train import fit
 from .replay import VERIFY_STEPS, UnverifiableError
 from .verify import EXIT_STATUS, verify
 from .view import compare_runs, plot_run
-from .baselines import compressor_baselines, compressor_gaps
-from .heldout import score_bytes
-from .score import score
+from .baselines import COMPRESSORS, stream_baselines
+from .scorecard import report_streams
 from .flags import UsageError, build_parser, normalize_flags, train_cfg_from_args
 
 # %% auto #0
-__all__ = ['VERDICTS', 'COMMANDS', 'USAGE_ERRORS', 'RUN_ERRORS', 'print_bits_per_byte', 'cmd_train', 'cmd_generate', 'cmd_serve',
-           'cmd_inspect', 'cmd_compare', 'cmd_precompute_targets', 'cmd_verify', 'cmd_plot', 'exit_code', 'one_line',
+__all__ = ['VERDICTS', 'COMMANDS', 'USAGE_ERRORS', 'RUN_ERRORS', 'cmd_train', 'cmd_generate', 'cmd_serve', 'cmd_inspect',
+           'cmd_compare', 'cmd_precompute_targets', 'cmd_verify', 'cmd_baselines', 'cmd_plot', 'exit_code', 'one_line',
            'main']
 
 # %% ../nbs/26_cli.ipynb #a3d6139c
-def print_bits_per_byte(evals: dict, cfg: TrainCfg, run_dir) -> None:
-    "The final checkpoint's held-out bits/byte scored like a compressor, beside zlib, bz2 and xz on the same bytes."
-    cks = RunPaths(Path(run_dir)).checkpoints()
-    if not cfg.eval or not cks or int(os.environ.get("RANK", "0")) != 0:
-        return  # no eval asked for, nothing to score, or not the rank that writes
-    try:
-        if not score_bytes():
-            return  # DORMOUSE_SCORE_BYTES=0: no final score
-        im = load_model_weights(cks[-1], quant="stored", log=lambda msg: None)
-        run = im.cfg  # the plan the checkpoint pins: its corpus, split and seq_len
-        corpus = corpus_for(run)  # refuses bytes other than the run's: no score of other text
-        print(f"scoring the held-out sample like a compressor ({run.seq_len}-byte context) ...", flush=True)
-        sc = score(im.model, im.tables, corpus, run.seq_len, im.depth, threads=im.threads)
-        print(f"held-out {sc}")
-        if f"eval_bpb_d{im.depth}" in evals:
-            print(f"  (the in-loop eval, {run.eval_batches * run.batch} cold {run.seq_len}-byte windows: "
-                  f"{evals[f'eval_bpb_d{im.depth}']:.3f})")
-        base = compressor_baselines(corpus)
-        print(f"  on the same bytes: {compressor_gaps(sc.bits_per_byte, base)}")
-        prefix = f"{base['prefix_bytes'] / 2**20:.0f} MiB" if base["prefix_bytes"] >= 2**20 else \
-            f"{base['prefix_bytes']:,} bytes"
-        print(f"  given the last {prefix} of training text first: "
-              f"{compressor_gaps(sc.bits_per_byte, base, ' +train')}")
-    except KeyboardInterrupt:  # the run is over and its checkpoint written: Ctrl-C here stops the report, not the run
-        print(f"final score interrupted; the run is complete (checkpoint {cks[-1].name})", file=sys.stderr)
-    except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score, keep its status
-        print(f"no final score: {e}", file=sys.stderr)
-
 def cmd_train(args) -> int:
     "dormouse train: check every argument, then `fit`; the exit status is fit's."
     run_dir = Path(args.run_dir)
@@ -71,14 +42,17 @@ def cmd_train(args) -> int:
     cfg = validate(train_cfg_from_args(args))
     device = check_device(args.device, "--device") if args.device else None  # None: fit reads $DORMOUSE_DEVICE
     df = fit(cfg, run_dir, resume=args.resume, allow_env_drift=args.allow_env_drift,
-             progress=False if args.quiet else None, device=device, trackers=args.track,
+             progress=False if args.quiet else None, device=device, trackers=args.track, score=True,
              verify_steps=VERIFY_STEPS if args.verify_steps is None else args.verify_steps)
     if len(df):
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}
-        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items() if not k.startswith("eval_bpb"))
+        ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items() if "_bpb_" not in k)
         print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
-        print_bits_per_byte(evals, cfg, run_dir)
+    if df.attrs.get("score") is not None:
+        print(df.attrs["score"])  # `dormouse.scorecard.Scorecard`: the final held-out score beside every compressor
+    if df.attrs.get("score_note"):
+        print(df.attrs["score_note"], file=sys.stderr)
     print(f"run: {run_dir}  (plot: dormouse plot {run_dir} -o loss.png; "
           f"continue: dormouse train --run-dir {run_dir} --resume --steps N)")
     return df.attrs["exit_status"]  # 0; 130 after Ctrl-C; 143 after SIGTERM (both with a checkpoint)
@@ -147,6 +121,25 @@ def cmd_verify(args) -> int:
     return EXIT_STATUS[got.status]
 
 # %% ../nbs/26_cli.ipynb #6dbaec12
+def cmd_baselines(args) -> int:
+    "dormouse baselines: zpaq, PPMd and the rest, alone and given the training text, on each stream of the report."
+    cfg = load_cfg(args.config) if args.config else TrainCfg()
+    cfg = dataclasses.replace(cfg, data=cfg.data if args.data is None else args.data,
+                              holdout_frac=cfg.holdout_frac if args.holdout_frac is None else args.holdout_frac)
+    corpus = corpus_for(cfg)  # the corpus the plan trains on, as a run opens it
+    for what, stream in report_streams(corpus).items():
+        b = stream_baselines(corpus, stream, thorough=True, progress=False if args.quiet else None)
+        print(f"{what}: {b.nbytes:,} bytes (sha256 {b.sha256[:16]}); given first: {b.prefix_bytes:,} bytes of "
+              f"training text (corpus sha256 {corpus.sha256[:16]})")
+        for name in COMPRESSORS:
+            figs = [f"{b.bits[k]:.4f}" if k in b.bits else "-" for k in (name, name + " +train")]
+            print(f"  {name:9s} alone {figs[0]:8s} given the training text {figs[1]}")
+        for key, why in b.missing.items():
+            print(f"  {key}: {why}")
+        if args.json:
+            print(json.dumps({f"{corpus.sha256[:16]}/{b.sha256[:16]}": {"bits": b.bits, "ppmd_order": b.ppmd_order}}))
+    return 0
+
 def cmd_plot(args) -> int:
     "dormouse plot: the run's loss across its resumes, written to an image file."
     import matplotlib
@@ -168,7 +161,7 @@ def cmd_plot(args) -> int:
 
 COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "inspect": cmd_inspect,
             "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets,
-            "verify": cmd_verify}
+            "verify": cmd_verify, "baselines": cmd_baselines}
 
 # %% ../nbs/26_cli.ipynb #80a8dcec
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config

@@ -185,6 +185,13 @@ def _tool_parsers(sub) -> None:
     pt.add_argument("--steps", type=int, help="steps to cover, [0, N) (default: the config's steps)")
     pt.add_argument("--quiet", action="store_true", help="no progress bar")
     _verify_parser(sub)
+    b = sub.add_parser("baselines", allow_abbrev=False,
+                       help="every compressor's figures on the bytes a run's report reads (minutes; once per corpus)")
+    b.add_argument("--config", help="TOML config of the run whose report reads them (default: the default plan)")
+    b.add_argument("--data", help="the corpus, as a run's data key (default: the config's; \"\": the default corpus)")
+    b.add_argument("--holdout-frac", type=float, help="as a run's holdout_frac (default: the config's)")
+    b.add_argument("--json", action="store_true", help="also print each stream's figures as one JSON line")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
 
 # %% ../nbs/25b_flags.ipynb #eb748aef
 def build_parser() -> argparse.ArgumentParser:

@@ -27,10 +27,12 @@ from .rundir import (MetricsLog, RunLock, RunPaths, keep_rows_before, mark_segme
                              refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
 from .track import Feed, select_trackers
 from .view import Progress
+from .scorecard import run_scorecard
 
 # %% auto #0
 __all__ = ['fit_args', 'pin_inputs', 'Segment', 'lineage_row', 'fresh_start', 'open_segment', 'StopFlag', 'checkpoint',
-           'LoopHelpers', 'loop_helpers', 'log_row', 'close_loop', 'hold_run_dir', 'fit', 'close_segment']
+           'LoopHelpers', 'loop_helpers', 'log_row', 'close_loop', 'hold_run_dir', 'fit', 'close_segment',
+           'attach_score']
 
 # %% ../nbs/22_train.ipynb #943592db
 def fit_args(cfg: TrainCfg, device, progress, verify_steps, trackers) -> tuple[TrainCfg, str, list]:
@@ -273,6 +275,7 @@ def fit(cfg: TrainCfg,  # the plan
         ckpt_background: bool = True,  # commit checkpoints on a background thread; False: in the loop (debugging)
         verify_steps: int = VERIFY_STEPS,  # steps of its checkpoint's interval a resume replays before it trusts it
         trackers=None,  # views of the rows: "tensorboard,mlflow", or names and Tracker objects; not plan
+        score: bool = False,  # a finished run's final held-out score in `attrs["score"]` (`scorecard.run_scorecard`)
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg, device, views = fit_args(cfg, device, progress, verify_steps, trackers)  # a bad argument: one line, now
@@ -313,7 +316,7 @@ def fit(cfg: TrainCfg,  # the plan
                     break
             # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0)
             close_loop(seg, log, ui, commits, dist_info)
-        return close_segment(seg, stopped, stop.signum)
+        return attach_score(close_segment(seg, stopped, stop.signum), seg, corpus, cfg, score, stopped)
 
 # %% ../nbs/22_train.ipynb #7fba7c03
 def close_segment(seg: Segment,
@@ -329,4 +332,14 @@ def close_segment(seg: Segment,
     sig = signal.Signals(signum or signal.SIGINT) if stopped else None
     df.attrs.update(interrupted=stopped, signal=sig.name if sig else None, exit_status=128 + sig if sig else 0,
                     overlap_compared=seg.overlap.compared)  # re-trained steps compared with the run's rows
+    return df
+
+def attach_score(df: pd.DataFrame, seg: Segment, corpus: Corpus, cfg: TrainCfg,
+                 score: bool,  # asked for: `fit(score=True)`
+                 stopped: bool,  # the loop stopped on a signal: not the finished run
+                ) -> pd.DataFrame:
+    "`df` with a finished run's final held-out score in `attrs['score']` (else None, the reason in `score_note`)."
+    done = score and not stopped and seg.lead and seg.parts.step == cfg.steps  # the last checkpoint is on disk
+    df.attrs["score"], df.attrs["score_note"] = run_scorecard(
+        seg.parts.model, seg.parts.tables, corpus, cfg, df, seg.paths.checkpoints()[-1].name) if done else (None, "")
     return df

@@ -4,7 +4,7 @@
 
 # %% ../nbs/21_view.ipynb #b243d616
 from __future__ import annotations
-import base64, html, io, math, os, sys, time
+import base64, html, io, math, os, re, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
@@ -175,7 +175,7 @@ class Progress:
 
 # %% ../nbs/21_view.ipynb #e21578c1
 def run_baselines(run_dir) -> dict | None:
-    "Compressor baselines (bits/byte) on a run's held-out split, or None when its corpus is not at hand."
+    "The compressors' bits/byte alone on a run's held-out sample ({name: bits}), or None without its corpus at hand."
     paths = RunPaths(Path(run_dir))
     if not paths.config.exists():
         return None
@@ -183,7 +183,8 @@ def run_baselines(run_dir) -> dict | None:
         corpus = corpus_for(cfg_from_dict(read_snapshot(paths.config)))  # other bytes than the run's are refused
     except (ConfigError, CorpusError, OSError):
         return None  # no corpus at hand, or not the run's bytes: no honest reference line
-    return compressor_baselines(corpus)
+    base = compressor_baselines(corpus)  # the quick ones computed if missing; the others where cached or recorded
+    return {n: base.bits[n] for n in COMPRESSORS if n in base.bits}
 
 # %% ../nbs/21_view.ipynb #d6cff744
 def _mark_resumes(ax, run_dir: Path) -> None:
@@ -195,8 +196,8 @@ def _mark_resumes(ax, run_dir: Path) -> None:
 
 def _draw_baselines(ax, base: dict) -> None:
     "The compressors' bits/byte as lines on the nats axis, and a bits/byte axis on the right to read them."
-    for name, ls in zip(COMPRESSORS, [":", "-.", "--"]):
-        ax.axhline(base[name] * math.log(2), color="grey", ls=ls, lw=1, label=f"{name}: {base[name]:.3f} bits/byte")
+    for (name, bpb), ls in zip(base.items(), [":", "-.", "--", (0, (1, 3)), (0, (6, 2))]):
+        ax.axhline(bpb * math.log(2), color="grey", ls=ls, lw=1, label=f"{name}: {bpb:.3f} bits/byte")
     bits = ax.secondary_yaxis("right", functions=(lambda n: n / math.log(2), lambda b: b * math.log(2)))
     bits.set_ylabel("bits/byte")
 
@@ -241,14 +242,14 @@ def plot_run(run_dir, ax=None,
     loss, evals, n = Trace(), {}, 0
     for n, row in enumerate(iter_metrics(paths.root), 1):  # streamed: memory is the traces', whatever the run's length
         loss.add(row["step"], row.get("loss"))
-        for c in [c for c in row if c.startswith("eval_d")]:
+        for c in [c for c in row if re.fullmatch(r"eval_(cold_)?d\d+", c)]:  # eval_d: a run logged before the name
             evals.setdefault(c, Trace()).add(row["step"], row[c])
     if n == 0:
         raise ValueError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(9, 3.4))
     loss.draw(ax, "-", lw=0.8, label="train loss")
     for c, t in sorted(evals.items()):
-        t.draw(ax, "o-", ms=3, lw=1, label=f"held-out CE, depth {c[6:]}")
+        t.draw(ax, "o-", ms=3, lw=1, label=f"held-out CE of cold windows, depth {c.rsplit('d', 1)[1]}")
     _mark_resumes(ax, paths.root)
     base = run_baselines(paths.root) if baselines else None
     if base is not None:  # the axis is nats; a bits/byte axis on the right reads the lines directly

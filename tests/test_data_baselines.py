@@ -1,7 +1,8 @@
 """The final score and the compressor baselines where a user reads them: `dormouse train`'s last lines and `plot_run`.
 
-The score is the compressor-like one (`dormouse.score`), on exactly the bytes the compressors get; the baselines are
-cached per corpus, and neither an unwritable cache nor Ctrl-C during them turns a finished run into a failed one.
+The score is the compressor-like one (`dormouse.scorecard`, computed by `fit(score=True)`), on exactly the bytes the
+compressors get; the baselines are cached per corpus, and neither an unwritable cache nor Ctrl-C during them turns a
+finished run into a failed one.
 """
 
 import re
@@ -10,7 +11,7 @@ import pytest
 
 import dormouse.baselines as baselines_mod
 from dormouse.cli import main
-from dormouse.baselines import COMPRESSORS, compressor_baselines
+from dormouse.baselines import QUICK, compressor_baselines
 from dormouse.data import load_corpus
 from dormouse.infer import load_model_weights
 from dormouse.rundir import RunPaths, read_jsonl
@@ -54,21 +55,21 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     root, cfg, text = run
     assert main(["train", "--config", str(cfg), "--run-dir", str(root / "r"), "--quiet"]) == 0
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.startswith("held-out "))
-    printed = re.match(r"held-out (\d+\.\d+) bits/byte scored like a compressor \(", line).group(1)
+    line = next(ln for ln in out.splitlines() if ln.startswith("held-out score: "))
+    printed = re.match(r"held-out score: (\d+\.\d+) bits/byte, the run's weights \(static\), on ", line).group(1)
     corpus = load_corpus(text, 0.05, 32)
     im = load_model_weights(RunPaths(root / "r").checkpoints()[-1], quant="stored")
-    sc = score(im.model, im.tables, corpus, 32, 2)
-    assert printed == f"{sc.bits_per_byte:.3f}" and "no sampling error" in line and f"{sc.nbytes:,} bytes" in line
+    sc = score(im.model, im.tables, corpus, 32, 2)  # the final checkpoint, scored again: what fit scored in memory
+    assert printed == f"{sc.bits_per_byte:.3f}" and f"{sc.nbytes:,} bytes" in line
     base = compressor_baselines(corpus)
-    assert (base["held_sha256"], base["held_bytes"]) == (sc.sha256, sc.nbytes)  # exactly the scored bytes
-    same = next(ln for ln in out.splitlines() if ln.startswith("  on the same bytes: "))
-    prior = next(ln for ln in out.splitlines() if ln.startswith("  given the last "))
-    for name in COMPRESSORS:
-        assert f"{name} {base[name]:.3f}" in same and f"{name} {base[name + ' +train']:.3f}" in prior
-    last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_bpb_d2" in r][-1]
-    assert f"cold 32-byte windows: {last['eval_bpb_d2']:.3f})" in out  # the in-loop eval, beside it
-    assert run_baselines(root / "r") == base
+    assert (base.sha256, base.nbytes) == (sc.sha256, sc.nbytes)  # exactly the scored bytes
+    lines = out.splitlines()
+    assert lines[lines.index(line) + 2].startswith("  the strongest compressor ")  # the gap, first
+    for name in QUICK:
+        assert any(ln.startswith(f"    {name:18s} {base.bits[name]:.3f}") for ln in lines)
+    last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_cold_bpb_d2" in r][-1]
+    assert f"cold 32-byte windows (no context before each): {last['eval_cold_bpb_d2']:.3f}" in out  # beside it
+    assert run_baselines(root / "r") == {n: base.bits[n] for n in base.bits if "+" not in n}
 
 
 def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatch, tmp_path):
@@ -77,7 +78,7 @@ def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatc
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
     cap = capsys.readouterr()
     assert "the compressor baselines were not cached" in cap.err and "DORMOUSE_CACHE" in cap.err
-    assert "  on the same bytes: " in cap.out and RunPaths(tmp_path / "r").checkpoints()
+    assert "  on the same bytes " in cap.out and RunPaths(tmp_path / "r").checkpoints()
 
 
 def test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished(run, capsys, monkeypatch, tmp_path):
@@ -105,7 +106,8 @@ def test_plot_run_draws_the_baselines(run):
     fig = plot_run(root / "r")
     labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
     base = run_baselines(root / "r")
-    for name in COMPRESSORS:
-        assert f"{name}: {base[name]:.3f} bits/byte" in labels
+    assert set(QUICK) <= set(base)
+    for name, bpb in base.items():
+        assert f"{name}: {bpb:.3f} bits/byte" in labels
     bare = [ln.get_label() for ln in plot_run(root / "r", baselines=False).axes[0].get_lines()]
     assert not any("bits/byte" in lb for lb in bare)

@@ -77,6 +77,7 @@ DATA_NB = "nbs/03_data.ipynb"  # the data chapter: batches, match codes and thei
 HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
 BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
+CAUSAL = "tests/test_score_causality.py"  # the score reads only the past: the real model, real codes, real units
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 TRACK_VIEWS = "tests/test_track_views.py"  # issue 41: trackers are views
 TRACK_TB_NB = "nbs/21e_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
@@ -628,8 +629,8 @@ MUTANTS = [
     Mutant(
         "score_context_crosses_units",
         "a held-out file's first byte is predicted from the previous file's last byte, not from no context",
-        [edit("score.py", "streams = [np.frombuffer(bytes([START_BYTE]) + bytes(b), dtype=np.uint8) for b in units]",
-              "streams = [np.frombuffer((bytes(units[u - 1][-1:]) if u else bytes([START_BYTE])) + bytes(b), "
+        [edit("score.py", "return [np.frombuffer(bytes([START_BYTE]) + bytes(b), dtype=np.uint8) for b in units]",
+              "return [np.frombuffer((bytes(units[u - 1][-1:]) if u else bytes([START_BYTE])) + bytes(b), "
               "dtype=np.uint8) for u, b in enumerate(units)]")],
         [SCORE_NB],
     ),
@@ -648,7 +649,7 @@ MUTANTS = [
     Mutant(
         "score_leaves_eval_mode",
         "scoring leaves the model in eval mode: the run's state changes because someone looked at it",
-        [edit("score.py", "        model.train(was)", "        model.train(False)")],
+        [edit("score.py", "        model.train(was)\n    return out", "        model.train(False)\n    return out")],
         [SCORE_NB],
     ),
     Mutant(
@@ -675,8 +676,8 @@ MUTANTS = [
         [
             edit(
                 "baselines.py",
-                "held, prefix = sample.stream(corpus), ",
-                "held, prefix = bytes(corpus.data[corpus.n_train:]), ",
+                "stream_baselines(corpus, score_sample(corpus, max_bytes).stream(corpus), ",
+                "stream_baselines(corpus, bytes(corpus.data[corpus.n_train:]), ",
             )
         ],
         [BASELINES_NB],
@@ -684,7 +685,7 @@ MUTANTS = [
     Mutant(
         "baselines_key_ignores_corpus",
         "another corpus with the same sizes reads this corpus's cached baselines",
-        [edit("baselines.py", "spec = [BASELINE_FORMAT, corpus.sha256, ", "spec = [BASELINE_FORMAT, ")],
+        [edit("baselines.py", "[BASELINE_FORMAT, corpus.sha256, corpus.n_train]", "[BASELINE_FORMAT, corpus.n_train]")],
         [BASELINES_NB],
     ),
     Mutant(
@@ -704,9 +705,9 @@ MUTANTS = [
         "Ctrl-C during the final score turns a finished, checkpointed run into 'interrupted' (exit 130)",
         [
             edit(
-                "cli.py",
-                "    except KeyboardInterrupt:  # the run is over",
-                "    except ZeroDivisionError:  # the run is over",
+                "scorecard.py",
+                "    except KeyboardInterrupt:\n        return None, f\"final score interrupted",
+                "    except ZeroDivisionError:\n        return None, f\"final score interrupted",
             )
         ],
         [f"{BASELINES}::test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished"],
@@ -1162,6 +1163,77 @@ MUTANTS = [
             )
         ],
         [ELASTIC],
+    ),
+    # the final held-out score (issues 42 and 43): causal codes, honest adaptation, the overlap, the outside sample,
+    # the strong compressors and the scorecard
+    Mutant(
+        "score_codes_shifted_by_one",
+        "the score feeds each position the match codes of the next one: they read the byte being predicted",
+        [edit("score.py", "c = codes[u][start:start + window]", "c = codes[u][start + 1:start + window + 1]")],
+        [f"{CAUSAL}::test_the_score_reads_only_the_past_with_the_real_model_and_real_codes"],
+    ),
+    Mutant(
+        "adaptive_trains_before_it_scores",
+        "the adaptive copy takes its step on a group of windows before it scores them: it has seen their bytes",
+        [edit("score.py", "                bits = _bits(mine.top(h), y)\n",
+              "                _bits(mine.top(h), y).mean().backward()\n                opt.step()\n"
+              "                opt.zero_grad(set_to_none=True)\n                bits = _bits(mine.top(h), y)\n")],
+        [f"{CAUSAL}::test_the_adaptive_score_reads_only_the_past"],
+    ),
+    Mutant(
+        "adaptive_writes_into_the_run",
+        "the adaptive score trains the run's own model, not a copy: looking at a run changes it",
+        [edit("score.py", "mine = copy.deepcopy(model)  # only its top", "mine = model  # only its top")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "adaptive_carries_across_units",
+        "the adaptive copy is made once, not per unit: a unit's figure depends on the units scored before it",
+        [edit("score.py", "        for u, b in enumerate(units):\n            mine = copy.deepcopy(model)",
+              "        mine = copy.deepcopy(model)\n        for u, b in enumerate(units):\n            mine = mine")],
+        [SCORE_NB],
+    ),
+    Mutant(
+        "shared_marks_only_the_last_byte",
+        "a held-out byte counts as shared only at the end of a matched string, not across it",
+        [edit("heldout.py", "np.add.at(d, ends - (k - 1), 1)", "np.add.at(d, ends, 1)")],
+        [HELDOUT_NB],
+    ),
+    Mutant(
+        "outside_sample_keeps_corpus_files",
+        "the outside sample keeps an installed file whose bytes are a corpus file's: text the model trained on",
+        [edit("heldout.py", "if hashlib.sha256(raw).hexdigest() in held:", "if False:")],
+        [HELDOUT_NB],
+    ),
+    Mutant(
+        "given_figure_without_the_training_text",
+        "a compressor's figure 'given the training text' is its figure on the stream alone",
+        [edit("baselines.py", '[(f"{n} +train", n, (prefix, stream))]', '[(f"{n} +train", n, (stream,))]')],
+        [BASELINES_NB],
+    ),
+    Mutant(
+        "ppmd_worst_order",
+        "PPMd's figure is its worst order, not its best: the anchor is made weaker than a reader would pick",
+        [edit("baselines.py", "if key not in bits or b < bits[key]:", "if key not in bits or b > bits[key]:")],
+        [BASELINES_NB],
+    ),
+    Mutant(
+        "zpaq_headers_counted",
+        "zpaq's archive headers are charged to the bytes it compresses: zpaq made weaker than it is",
+        [edit("baselines.py", "return sizes[1] - sizes[0]", "return sizes[1]")],
+        [BASELINES_NB],
+    ),
+    Mutant(
+        "gap_to_the_weakest",
+        "the gap is reported against the weakest compressor, not the strongest",
+        [edit("baselines.py", "return min(have, key=lambda n:", "return max(have, key=lambda n:")],
+        [BASELINES_NB, "nbs/18c_scorecard.ipynb"],
+    ),
+    Mutant(
+        "near_copies_kept",
+        "the figure 'without near-copies' keeps them: it is the held-out figure again",
+        [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
+        ["nbs/18c_scorecard.ipynb"],
     ),
 ]
 
