@@ -117,7 +117,7 @@ def byte_bits(model,  # a `DormouseModel` (any module called as model(x, depth, 
 @dataclass(frozen=True)
 class Adapt:
     "How an adaptive score trains a copy of the model's top on each unit, after each group of windows is scored."
-    lr: float = 0.01  # SGD learning rate of the copy's top
+    lr: float = 1e-3  # Adam learning rate of the copy's top (betas 0.9, 0.999; fresh moments per unit)
     windows: int = 16  # windows scored between two updates: one forward of the top, then one step
 
 ADAPT = Adapt()  # the final score's adaptation
@@ -139,7 +139,7 @@ def adaptive_bits(model,  # a `DormouseModel` (it has `trunk` and `top`)
     try:
         for u, b in enumerate(units):
             mine = copy.deepcopy(model)  # only its top gets gradients: the trunk's output is computed without them
-            opt = torch.optim.SGD(mine.parameters(), lr=adapt.lr)
+            opt = torch.optim.Adam(mine.parameters(), lr=adapt.lr, foreach=False)
             jobs = [(u, w) for w in windows(len(b), window, stride)]
             for i in range(0, len(jobs), adapt.windows):
                 chunk = jobs[i:i + adapt.windows]

@@ -63,8 +63,8 @@ def report_lines(sc: Scorecard) -> list[str]:
     if sc.adaptive is not None:
         a = sc.adaptive.adapt
         out.append(f"  {sc.adaptive.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and head) "
-                   f"trains on each file's bytes once they are scored, a step per {a.windows} windows at lr {a.lr:g}; "
-                   "the run itself is not changed")
+                   f"trains on each file's bytes once they are scored, an Adam step per {a.windows} windows at lr "
+                   f"{a.lr:g}; the run itself is not changed")
     gap = sc.gap()
     if gap is None:
         out.append("  no compressor figure for these bytes")
