@@ -43,7 +43,9 @@ CONFIGS = {
     "depth1": {"model.depth": 1},
     "slots18": {"model.ngram_slots": 1 << 18},
     "ord2-6": {"model.ngram_orders": [2, 3, 4, 5, 6]},
-    "nomatch": {"model.match_orders": []},  # the defaults before match codes: what the sweep's rows were measured at
+    "nomatch": {"model.match_orders": []},  # no match codes: what the sweep's first rows were measured at
+    "unitcodes": {"model.match_train": False},  # match codes of a unit alone, not the training text
+    "orders64": {"model.match_orders": [4, 8, 16, 32, 64]},  # one more order of codes
 }
 
 

@@ -48,11 +48,12 @@ def zpaq_size(*parts: bytes,  # written to one temporary file, in order
         raise FileNotFoundError("zpaq is not installed (Debian/Ubuntu: apt-get install zpaq)")
     sizes = []
     with tempfile.TemporaryDirectory(prefix="dormouse-zpaq-") as t:
-        for name, data in (("empty", ()), ("data", parts)):
-            with open(Path(t) / name, "wb") as f:
+        for name, data in (("empty", ()), ("full", parts)):  # each a file named "data": the same archive headers
+            (Path(t) / name).mkdir()
+            with open(Path(t) / name / "data", "wb") as f:
                 for raw in data:
                     f.write(raw)
-            proc = subprocess.Popen([exe, "a", f"{name}.zpaq", name, "-m5", "-noattributes"], cwd=t,
+            proc = subprocess.Popen([exe, "a", f"../{name}.zpaq", "data", "-m5", "-noattributes"], cwd=Path(t) / name,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             while proc.poll() is None:
                 try:
