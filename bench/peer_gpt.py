@@ -21,7 +21,7 @@ stride, statically (no adaptation). Prints the sweep's figures, dormouse's, thei
 
   python bench/peer_gpt.py                      # the default run, then the GPT for as long, at each of 3 LRs
   python bench/peer_gpt.py --budget 20 --steps 60 --score-bytes 60000 --lrs 1e-3   # a smoke run: all short
-  python bench/peer_gpt.py --run-dir runs/default --budget 290          # score an existing run; GPT for 290 s
+  python bench/peer_gpt.py --run-dir runs/default   # score a finished run; the GPT for as long as its loop took
 
 A wall-clock comparison is only as good as the machine's quiet: run it alone (it prints the load average), and
 compare its two step rates, not its absolute times, when it was not.
@@ -34,12 +34,12 @@ import torch.nn.functional as F
 from torch import nn
 from dormouse.config import TrainCfg
 from dormouse.baselines import compressor_baselines
-from dormouse.data import load_corpus
+from dormouse.data import corpus_for
 from dormouse.heldout import score_sample
 from dormouse.infer import load_model_weights
 from dormouse.numerics import run_scope, thread_invariant_mode
 from dormouse.parts import build_parts
-from dormouse.rundir import RunPaths
+from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.score import score
 from dormouse.train import fit
 
@@ -131,7 +131,8 @@ def train_gpt(model: GPT, corpus, cfg: TrainCfg, budget: float, lr: float, max_s
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=float, default=0.0,
-                    help="GPT training seconds (default: the wall time of dormouse's run, measured here)")
+                    help="GPT training seconds (default: the wall time of dormouse's run, measured here or "
+                    "with --run-dir its loop's, the last metrics row's t)")
     ap.add_argument("--steps", type=int, default=0, help="dormouse's steps (default: TrainCfg's); a smoke run: few")
     ap.add_argument("--run-dir", default="", help="score this finished dormouse run instead of training one")
     ap.add_argument("--lrs", default="5e-4,1e-3,2e-3", help="the GPT's peak learning rates, swept (comma-separated)")
@@ -141,7 +142,7 @@ def main(argv=None):
 
     thread_invariant_mode()  # MKL's mode before its first call, as fit's run_scope does (it is per process)
     cfg = TrainCfg(steps=a.steps) if a.steps else TrainCfg()
-    corpus = load_corpus(cfg.data, cfg.holdout_frac, cfg.seq_len)
+    corpus = corpus_for(cfg)  # with the match codes the run embeds, as fit opens it
     sample = score_sample(corpus, a.score_bytes or None)
     print(f"machine: {os.cpu_count()} cpus, load avg {os.getloadavg()[0]:.1f}; torch {torch.__version__}, "
           f"threads {cfg.threads}; held-out sample: {sample}", flush=True)
@@ -152,6 +153,8 @@ def main(argv=None):
             t0 = time.time()
             fit(cfg, run_dir, progress=False)
             wall = time.time() - t0
+        else:  # the run's training loop: its last row's seconds into its (single) segment, fit's setup not counted
+            wall = float(read_jsonl(RunPaths(run_dir).metrics)[-1]["t"])
         im = load_model_weights(RunPaths(run_dir).checkpoints()[-1], quant="stored")
         run = im.cfg
         dm = score(im.model, im.tables, corpus, run.seq_len, im.depth, sample=sample, threads=im.threads)
