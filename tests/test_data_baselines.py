@@ -111,3 +111,24 @@ def test_plot_run_draws_the_baselines(run):
         assert f"{name}: {bpb:.3f} bits/byte" in labels
     bare = [ln.get_label() for ln in plot_run(root / "r", baselines=False).axes[0].get_lines()]
     assert not any("bits/byte" in lb for lb in bare)
+
+
+def test_the_baselines_command_computes_what_the_report_then_reads_from_the_cache(run, capsys, monkeypatch, tmp_path):
+    import shutil
+
+    _, cfg, text = run
+    monkeypatch.setenv("DORMOUSE_CACHE", str(tmp_path / "cache"))
+    assert main(["baselines", "--config", str(cfg), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    corpus = load_corpus(text, 0.05, 32)
+    base = compressor_baselines(corpus)  # the held-out stream, read back: the command's figures, now in the cache
+    assert out.startswith(f"held-out: {base.nbytes:,} bytes (sha256 {base.sha256[:16]})")
+    slow = ["PPMd"] + (["zpaq -m5"] if shutil.which("zpaq") else [])
+    for name in slow:
+        for key in (name, name + " +train"):
+            assert base.origin[key] == "cache" and key not in base.missing  # computed once, read by every run after
+        assert f"  {name:9s} alone {base.bits[name]:.4f}" in out
+    assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
+    report = capsys.readouterr().out
+    assert f"    {'PPMd':18s} {base.bits['PPMd']:.3f} (cache)" in report
+    assert "not computed for these bytes yet" not in report
