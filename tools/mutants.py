@@ -1230,6 +1230,12 @@ MUTANTS = [
         [BASELINES_NB, "nbs/18c_scorecard.ipynb"],
     ),
     Mutant(
+        "train_codes_read_held_out_text",
+        "a held-out file's codes also read the held-out files before it: the score reads text that is not the past",
+        [edit("match.py", "np.where(o < n_train - 1, at, -1)", "np.where(o < n - 1, at, -1)")],
+        ["nbs/02b_match.ipynb"],
+    ),
+    Mutant(
         "near_copies_kept",
         "the figure 'without near-copies' keeps them: it is the held-out figure again",
         [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
