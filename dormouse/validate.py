@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from .config import (DATA_ORDERS, QUANT_FORMATS, ConfigError, ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict,
                              config_error, flatten, show_value, type_problems)
-from .match import MATCH_ORDERS
+from .match import MATCH_ORDERS, MATCH_VOCAB, MATCH_VOCAB_TRAIN
 
 # %% auto #0
 __all__ = ['INT_MAX', 'MAX_NGRAM_ORDERS', 'RULES', 'Range', 'OneOf', 'Text', 'Each', 'rule_problems', 'joint_problems',
@@ -93,6 +93,7 @@ RULES = {  # every key of the plan: its rule (a key's help is its field comment)
     "model.depth_max": _COUNT, "model.factor_rank": _COUNT, "model.mlp_mult": _COUNT,
     "model.ngram_orders": Each(_COUNT, MAX_NGRAM_ORDERS, " (what a tables file's header holds)"),
     "model.match_orders": Each(OneOf(MATCH_ORDERS), len(MATCH_ORDERS), " (one per power of two)"),
+    "model.match_train": _BOOL,
     "model.ngram_slots": _COUNT, "model.ngram_dim": _COUNT, "model.pred_mult": _COUNT,
     "data": _PATH, "data_sha256": _SHA, "data_order": OneOf(DATA_ORDERS), "holdout_frac": _OPEN01,
     "seq_len": _COUNT, "batch": _COUNT, "micro_batch": _STEPS, "steps": _STEPS, "lr": _POS, "min_lr": _NONNEG,
@@ -154,7 +155,8 @@ def plan_memory(cfg: TrainCfg) -> dict[str, int]:
     depth = m.depth_max if cfg.rand_depth else m.depth
     blk_p, blk_w = _block(m)
     proj, head = _factor(m, m.ngram_dim, d), _factor(m, d, 256, bias=True)
-    params = 256 * d + proj[0] + 3 * blk_p + d + head[0] + len(m.match_orders) * 257 * d
+    match_rows = len(m.match_orders) * (MATCH_VOCAB_TRAIN if m.match_train else MATCH_VOCAB)
+    params = 256 * d + proj[0] + 3 * blk_p + d + head[0] + match_rows * d
     formed = proj[1] + (2 + depth) * blk_w + head[1]
     if cfg.aux:
         up, down = _factor(m, d, m.pred_mult * d), _factor(m, m.pred_mult * d, d)
