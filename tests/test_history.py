@@ -196,7 +196,7 @@ def _long_history(root, n):
     "A run directory whose metrics hold `n` rows shaped like the loop's."
     root.mkdir()
     row = ('{"step": %d, "loss": %r, "ce": 1.0, "jepa": null, "grad_norm": 0.5, "depth": 2, "lr": 0.001, '
-           '"quant": "fp32", "fingerprint": %s, "segment": 0, "t": 1.0, "eval_d1": %s}\n')
+           '"quant": "fp32", "fingerprint": %s, "segment": 0, "t": 1.0, "eval_cold_d1": %s}\n')
     with open(RunPaths(root).metrics, "w") as f:
         f.writelines(row % (s, 5.0 / (1 + s), '"ab"' if s % 10 == 0 else "null", "2.5" if s % 7 == 0 else "null")
                      for s in range(n))

@@ -95,7 +95,7 @@ def assert_one_value_per_step(run, run_id: str) -> None:
     rows = read_jsonl(RunPaths(run).metrics)
     assert [r["step"] for r in rows] == list(range(30))
     keys = measured(rows)
-    assert {"loss", "ce", "grad_norm", "lr", "depth", "eval_d1"} <= keys
+    assert {"loss", "ce", "grad_norm", "lr", "depth", "eval_cold_d1"} <= keys
     tb = read_scalars(run / "tensorboard")
     assert set(tb) == keys
     for k in keys:
