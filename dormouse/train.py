@@ -338,8 +338,10 @@ def attach_score(df: pd.DataFrame, seg: Segment, corpus: Corpus, cfg: TrainCfg,
                  score: bool,  # asked for: `fit(score=True)`
                  stopped: bool,  # the loop stopped on a signal: not the finished run
                 ) -> pd.DataFrame:
-    "`df` with a finished run's final held-out score in `attrs['score']` (else None, the reason in `score_note`)."
-    done = score and not stopped and seg.lead and seg.parts.step == cfg.steps  # the last checkpoint is on disk
+    "With `score`: `df` with a finished run's final held-out score in `attrs['score']` (else None; why: `score_note`)."
+    if not score:
+        return df  # not asked for: the attrs say how the segment ended, nothing more
+    done = not stopped and seg.lead and seg.parts.step == cfg.steps  # the last checkpoint is on disk
     df.attrs["score"], df.attrs["score_note"] = run_scorecard(
         seg.parts.model, seg.parts.tables, corpus, cfg, df, seg.paths.checkpoints()[-1].name) if done else (None, "")
     return df
