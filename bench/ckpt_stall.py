@@ -6,10 +6,10 @@ Plain script: `python bench/ckpt_stall.py [--reps 7] [--slots N] [--steps 3] [--
 tables are filled, then, on that one state, measured in this run:
 - sync save: `save_run_ckpt` (tables file + container, fsync, rename, rotation) — what the loop paid before;
 - loop stall: `Committer.submit` with the previous commit already done (the steady state whenever a commit takes less
-  than `ckpt_every` steps): `to_run_state` + the snapshot copy (into the previous snapshot's memory) + handing it to
+  than `ckpt_every` steps): `to_run_state` + the state copy (into the previous copy's memory) + handing it to
   the commit thread;
 - commit: the background commit's own wall time (submit to committed), which must fit inside `ckpt_every` steps;
-- snapshot memory: bytes copied ÷ the state's bytes (one snapshot in flight at most).
+- copy memory: bytes copied ÷ the state's bytes (one copy in flight at most).
 Medians over `--reps`. Prints ratios with the target and PASS/FAIL; it is a benchmark, not a timed test.
 """
 
@@ -22,7 +22,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dormouse.checkpoints import save_run_ckpt  # noqa: E402
-from dormouse.commit import Committer, snapshot  # noqa: E402
+from dormouse.commit import Committer, copy_state  # noqa: E402
 from dormouse.config import TrainCfg  # noqa: E402
 from dormouse.data import load_corpus  # noqa: E402
 from dormouse.numerics import numeric_env  # noqa: E402
@@ -79,10 +79,10 @@ def main():
     for r in range(a.reps):
         st = to_run_state(parts, env)
         t0 = time.perf_counter()
-        snap, tb = snapshot(st, parts.tables)  # into fresh memory: the first checkpoint of a segment
+        snap, tb = copy_state(st, parts.tables)  # into fresh memory: the first checkpoint of a segment
         fresh_t.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        snap, tb = snapshot(st, parts.tables, into=(snap, tb))  # into the last snapshot's: every later checkpoint
+        snap, tb = copy_state(st, parts.tables, into=(snap, tb))  # into the last copy's: every later checkpoint
         reuse_t.append(time.perf_counter() - t0)
     size = state_bytes(st, parts.tables)
     sync, stall = statistics.median(sync_t), statistics.median(stall_t)
@@ -96,11 +96,11 @@ def main():
     )
     print(f"sync save            {1e3 * sync:9.2f} ms")
     print(
-        f"loop stall (submit)  {1e3 * stall:9.2f} ms   snapshot alone: {1e3 * statistics.median(reuse_t):.2f} ms "
+        f"loop stall (submit)  {1e3 * stall:9.2f} ms   copy alone: {1e3 * statistics.median(reuse_t):.2f} ms "
         f"(into fresh memory, the segment's first: {1e3 * statistics.median(fresh_t):.2f} ms)"
     )
     print(f"background commit    {1e3 * statistics.median(commit_t):9.2f} ms   (must fit inside ckpt_every steps)")
-    print(f"snapshot memory / state size: {state_bytes(snap, tb) / size:.2f}   (target <= 1.0)")
+    print(f"copy memory / state size: {state_bytes(snap, tb) / size:.2f}   (target <= 1.0)")
     print(f"same files (names and bytes) from the background and the synchronous save: {same}")
     print(f"loop stall / sync save: {ratio:.3f}   (target <= 0.25)  {'PASS' if ratio <= 0.25 else 'FAIL'}")
 

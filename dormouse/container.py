@@ -91,22 +91,22 @@ def _magic(version: int) -> bytes:
     return MAGIC + bytes([version, 0, 0])
 
 # %% ../nbs/12_container.ipynb #a983b7d8
-def _meta_bytes(state, sidecar, pin) -> bytes:
+def _meta_bytes(state, tables_id, identity) -> bytes:
     missing = list(getattr(state, "missing", None) or [])
     if state.env is None and not missing:
         raise ValueError("save_ckpt: state.env is None; record numeric_env(...) so a resume can check where it runs")
-    meta = {"env": state.env, "missing": missing, "sidecar": sidecar}
-    if pin is not None:
-        if not isinstance(pin, dict) or not isinstance(pin.get("plan"), str) or not isinstance(pin.get("run_id"), str):
-            raise ValueError("save_ckpt: pin must be a dict with the plan text ('plan') and the run id ('run_id')")
-        meta["pin"] = pin
+    meta = {"env": state.env, "missing": missing, "sidecar": tables_id}  # on-disk keys: "sidecar", "pin"
+    if identity is not None:
+        if not isinstance(identity, dict) or not all(isinstance(identity.get(k), str) for k in ("plan", "run_id")):
+            raise ValueError("save_ckpt: identity must be a dict with the plan text ('plan') and the run id ('run_id')")
+        meta["pin"] = identity
     if state.latch is not None:
         meta["latch"] = state.latch
     meta.update({"evidence": state.evidence} if state.evidence is not None else {})
     b = json.dumps(meta, separators=(",", ":")).encode()
     back = json.loads(b)
-    if [back.get(k) for k in ("env", "pin", "latch", "evidence")] != [state.env, pin, state.latch, state.evidence]:
-        raise ValueError("save_ckpt: env, pin, latch and evidence must be plain JSON (str keys, lists not tuples)")
+    if [back.get(k) for k in ("env", "pin", "latch", "evidence")] != [state.env, identity, state.latch, state.evidence]:
+        raise ValueError("save_ckpt: env, identity, latch and evidence must be plain JSON (str keys, lists not tuples)")
     return b
 
 # %% ../nbs/12_container.ipynb #ce7c600f
@@ -118,7 +118,7 @@ def _check_state(s):
     if s.table_step is not None and not 0 <= s.table_step < _NONE64:
         raise ValueError(f"save_ckpt: bad table_step {s.table_step!r}")
 
-def _v3_sections(state, sidecar, pin):
+def _v3_sections(state, tables_id, identity):
     "(name, present, length, buffers) per section, in table order; nothing big is built here."
     out = []
     for name, val, make in (("model", state.model, st_parts), ("optim", state.optim, optim_parts),
@@ -126,7 +126,7 @@ def _v3_sections(state, sidecar, pin):
         out.append((name, val is not None, *(make(val) if val is not None else (0, iter(())))))
     sb = state.stress.to_bytes() if state.stress is not None else b""
     out.append(("stress", state.stress is not None, len(sb), iter([sb])))
-    mb = _meta_bytes(state, sidecar, pin)
+    mb = _meta_bytes(state, tables_id, identity)
     out.append(("meta", True, len(mb), iter([mb])))
     return out
 

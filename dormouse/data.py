@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import xxhash
 from .config import DATA_ORDERS, ConfigError, TrainCfg
-from .fsio import NotRegularFileError, atomic_write_bytes, open_regular
+from .fsio import NotRegularFileError, atomic_write, open_regular
 from .match import MATCH_FORMAT, train_codes, unit_codes
 from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
@@ -34,7 +34,7 @@ def cache_dir() -> Path:
 def cache_write(path: Path, data: bytes) -> None:
     "Write a cache entry atomically and durably (fsio's one writer), creating the cache directory if needed."
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data)
+    atomic_write(path, data)
 
 # %% ../nbs/03_data.ipynb #a98cc6dd
 def source_files(root: Path,  # the directory

@@ -9,8 +9,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WRITE_BEHIND', 'MAX_DEPTH', 'MAX_INT_DIGITS', 'MAX_LINE_BYTES', 'fsync_dir', 'WriteBehind', 'atomic_write',
-           'atomic_write_bytes', 'NotRegularFileError', 'open_regular', 'path_text_problem', 'ParseError',
-           'read_regular', 'load_json', 'load_toml', 'json_type_problem']
+           'NotRegularFileError', 'open_regular', 'path_text_problem', 'ParseError', 'read_regular', 'load_json',
+           'load_toml', 'json_type_problem']
 
 # %% ../nbs/04_fsio.ipynb #9a5aa388
 def fsync_dir(d: Path):
@@ -65,10 +65,13 @@ class WriteBehind:
 
 # %% ../nbs/04_fsio.ipynb #d94be6e4
 def atomic_write(path,  # the final name
-                 write_fn,  # called with the open temp file (binary); writes the whole content
+                 content,  # bytes, str (written as UTF-8), or a function that writes the whole content to a file
                 ) -> Path:
-    "Write `path` atomically: `write_fn(f)` into a temp file in the same dir, fsync, os.replace, fsync the dir."
+    "Write `path` atomically: the content into a temp file in the same dir, fsync, os.replace, fsync the dir."
     path = Path(path)
+    if isinstance(content, str):
+        content = content.encode()
+    write_fn = content if callable(content) else lambda f: f.write(content)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -86,10 +89,6 @@ def atomic_write(path,  # the final name
         raise
     fsync_dir(path.parent)
     return path
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    "Write `data` to `path` atomically (see `atomic_write`)."
-    return atomic_write(path, lambda f: f.write(data))
 
 # %% ../nbs/04_fsio.ipynb #bb559f9f
 _FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",

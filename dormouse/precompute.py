@@ -13,7 +13,7 @@ from .checkpoints import LoadedCheckpoint, find_latest, load_run_ckpt
 from .container import CheckpointError
 from .numerics import numeric_env, run_scope
 from .data import corpus_for
-from .fsio import atomic_write_bytes, fsync_dir
+from .fsio import atomic_write, fsync_dir
 from .mask import mask_stream
 from .model import DormouseModel, depth_for_step, freeze
 from .quant import FallbackLatch, apply_compute_settings
@@ -120,7 +120,7 @@ def _write_shard(d: Path, i: int, first: int, hidden: list, counts: list, d_mode
     name = f"shard_{i:05d}.safetensors"
     h = torch.cat(hidden) if hidden else torch.zeros(0, d_model)
     data = shard_bytes(h.to(torch.float32), torch.stack(counts).to(torch.int32))
-    atomic_write_bytes(d / name, data)
+    atomic_write(d / name, data)
     return {"file": name, "first_step": first, "n_steps": len(hidden), "rows": int(h.shape[0]), "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -202,7 +202,7 @@ def _precompute(cfg: TrainCfg, teacher_ckpt, out_path, steps, progress, shard_st
             bar = tqdm(total=steps, desc=f"targets {out.name}", unit="step", dynamic_ncols=True)
         records, shards = _target_steps(cfg, corpus, teacher, tables, steps, shard_steps, tmp, device, bar)
         index = _targets_index(cfg, corpus, info, shard_steps, shards, records, device)
-        atomic_write_bytes(tmp / INDEX_NAME, canonical_json(index))
+        atomic_write(tmp / INDEX_NAME, canonical_json(index))
         fsync_dir(tmp)
         if out.exists():
             raise TargetsError(f"{out} appeared while the targets were computed: refusing to overwrite it")

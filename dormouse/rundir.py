@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from .config import ConfigError
-from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write, atomic_write_bytes, load_json,
+from .fsio import (MAX_LINE_BYTES, NotRegularFileError, ParseError, atomic_write, load_json,
                            open_regular, path_text_problem)
 
 # %% auto #0
-__all__ = ['PANEL_ROWS', 'METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_atomic', 'write_jsonl', 'iter_jsonl', 'read_jsonl',
-           'read_metrics', 'iter_metrics', 'read_lineage', 'mark_segment', 'MetricsLog', 'rows_before',
-           'keep_rows_before', 'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
+__all__ = ['PANEL_ROWS', 'METRIC_COLUMNS', 'RunDirError', 'RunPaths', 'write_jsonl', 'iter_jsonl', 'read_jsonl', 'read_metrics',
+           'iter_metrics', 'read_lineage', 'mark_segment', 'MetricsLog', 'rows_before', 'keep_rows_before',
+           'metrics_frame', 'RunLock', 'refuse_fresh_over_history']
 
 # %% ../nbs/15_rundir.ipynb #748ce5bb
 class RunDirError(ConfigError):
@@ -77,17 +77,10 @@ class RunPaths:
             held.append(f"ckpt/ ({len(files)} file(s): {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})")
         return held
 
-# %% ../nbs/15_rundir.ipynb #a7c01d01
-def write_atomic(path: Path,  # the file to replace (e.g. the run's config.toml)
-                 text: str,  # its whole new content
-                ) -> None:
-    "Replace a text file atomically and durably: a reader sees the old content or the new, never a part."
-    atomic_write_bytes(Path(path), text.encode())
-
 # %% ../nbs/15_rundir.ipynb #88344dbe
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     "Replace a JSON-lines file atomically and durably."
-    atomic_write_bytes(Path(path), "".join(json.dumps(r) + "\n" for r in rows).encode())
+    atomic_write(Path(path), "".join(json.dumps(r) + "\n" for r in rows))
 
 # %% ../nbs/15_rundir.ipynb #226ea987
 _EOF = object()
@@ -308,7 +301,7 @@ class RunLock:
         if not self.shared:
             note = f"pid {os.getpid()}: {shlex.join(sys.orig_argv)}".replace("\n", " ") + "\n"
             try:
-                atomic_write_bytes(self.path, note.encode("utf-8", "backslashreplace"))
+                atomic_write(self.path, note.encode("utf-8", "backslashreplace"))
             except OSError as e:
                 self.__exit__()
                 raise OSError(e.errno, e.strerror, str(self.path)) from None

@@ -16,7 +16,7 @@ from .parts import build_parts, state_fingerprint
 from .step import pre_batches, run_probes, train_step
 from .targets import open_targets
 from .train import fit
-from .fsio import atomic_write, atomic_write_bytes
+from .fsio import atomic_write
 from .stcodec import optim_encode
 from .container import MAGIC, RunState, load_ckpt
 from .rundir import RunPaths, read_jsonl
@@ -40,7 +40,7 @@ def tiny_cfg(**kw) -> TrainCfg:
 # %% ../nbs/23_testing.ipynb #ts0fx002
 def save_snapshot(cfg: TrainCfg, path) -> None:
     "Write `cfg`'s snapshot to `path` as `fit` does (through the one atomic writer)."
-    atomic_write_bytes(Path(path), snapshot_toml(cfg).encode())
+    atomic_write(Path(path), snapshot_toml(cfg))
 
 def flipped(value):
     "A different value of the same type, for the snapshot test."

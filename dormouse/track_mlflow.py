@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, tempfile, time
 from pathlib import Path
 from .config import ENV_KEYS, PROGRESS_KEYS
-from .fsio import atomic_write_bytes
+from .fsio import atomic_write
 from .view import plot_run
 
 # %% auto #0
@@ -59,7 +59,7 @@ class MLflowTracker:
             self.run_id = None  # another dormouse run's (its directory reused by a fresh run): this run gets its own
         if self.run_id is None:
             self.run_id = self._create(run, home if uri == default else None)
-            atomic_write_bytes(ids_file, json.dumps({**ids, uri: self.run_id}, indent=1).encode())
+            atomic_write(ids_file, json.dumps({**ids, uri: self.run_id}, indent=1))
         self.client.update_run(self.run_id, status="RUNNING")
         self._send(tags=run_tags(run))
         self.held = self._held_from(run.start)

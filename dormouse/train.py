@@ -13,6 +13,7 @@ import torch
 from .config import ConfigError, TrainCfg, snapshot_toml
 from .validate import validate
 from .data import Corpus, corpus_for
+from .fsio import atomic_write
 from .numerics import check_device, numeric_env, run_scope
 from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
 from .parts import Parts, build_parts, ran_forward, to_run_state
@@ -24,7 +25,7 @@ from .resume import Start, decide_resume
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
 from .rundir import (MetricsLog, RunLock, RunPaths, keep_rows_before, mark_segment, metrics_frame,
-                             refuse_fresh_over_history, rows_before, write_atomic, write_jsonl)
+                             refuse_fresh_over_history, rows_before, write_jsonl)
 from .track import Feed, select_trackers
 from .view import Progress
 from .scorecard import run_scorecard
@@ -148,7 +149,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         print(f"already at step {parts.step}: nothing to train (pass a larger steps to extend the run)")
     elif seg.lead:
         paths.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(paths.config, snapshot_toml(cfg))
+        atomic_write(paths.config, snapshot_toml(cfg))
         keep_rows_before(paths.metrics, seg.start)  # streamed, atomically
         write_jsonl(paths.lineage, origin.lineage + [lineage_row(seg, cfg, started)])
     barrier(dist_info)
@@ -196,10 +197,10 @@ class StopFlag:
 
 # %% ../nbs/22_train.ipynb #c8e7a1b2
 def checkpoint(seg: Segment, log: MetricsLog,
-               commits: Committer,  # rank 0's committer: snapshot now, commit in the background
-               dist_info: DistInfo,  # every rank waits for rank 0's snapshot
+               commits: Committer,  # rank 0's committer: copy the state now, commit in the background
+               dist_info: DistInfo,  # every rank waits for rank 0's copy
               ) -> None:
-    "Take a checkpoint at a step boundary: rows fsynced, rank 0 snapshots the state for its commit, every rank waits."
+    "Take a checkpoint at a step boundary: rows fsynced, rank 0 copies the state for its commit, every rank waits."
     log.sync()
     evidence = seg.recorder.take().to_json()  # the steps since the previous checkpoint: this one carries them
     try:

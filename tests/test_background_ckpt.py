@@ -1,4 +1,4 @@
-"""Background checkpoints (issue 15 item 2): the loop pays for a snapshot, one thread commits; a failed commit raises in
+"""Background checkpoints: the loop pays for a copy of the state, one thread commits; a failed commit raises in
 `fit` at the next step boundary (or at close) naming the container, leaving the previous checkpoint; `fit` returns only
 once its last checkpoint is committed; the files are byte for byte those of the synchronous path."""
 
@@ -10,7 +10,7 @@ import torch
 
 import dormouse.checkpoints as ckpts
 from dormouse.checkpoints import find_latest
-from dormouse.commit import CommitError, snapshot
+from dormouse.commit import CommitError, copy_state
 from dormouse.container import RunState, load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, state_diff, tiny_cfg
@@ -83,7 +83,7 @@ def test_background_files_are_the_synchronous_files(tmp_path, monkeypatch):
     fit(cfg, tmp_path / "sync", progress=False, ckpt_background=False)
     def slow(real):
         def write(*args):
-            time.sleep(0.2)  # the loop trains on (and changes every tensor) while the snapshot waits to be written
+            time.sleep(0.2)  # the loop trains on (and changes every tensor) while the copy waits to be written
             return real(*args)
         return write
 
@@ -116,16 +116,16 @@ def _train_tables(tables, seed: int, steps: int) -> None:
         tables.step()
 
 
-def test_a_snapshot_of_the_tables_has_its_own_digest(tmp_path):
+def test_a_copy_of_the_tables_has_its_own_digest(tmp_path):
     "The writer's copy and the live tables keep separate, correct digests while the loop trains on."
     from dormouse.ngram import NgramTables
     live = NgramTables([2, 3], 1024, 8, lr=0.05, momentum=0.9)
     _train_tables(live, 1, 3)
     state = RunState(step=3, model={}, optim={"state": {}, "param_groups": []}, teacher=None, flags=0, stress=None,
                      table_step=live.table_step, env={})
-    _, copy_tb = snapshot(state, live)
+    _, copy_tb = copy_state(state, live)
     before = copy_tb.digest()  # what the writer does with the copy ...
     assert live.digest_in_sync()  # ... leaves the live digest incremental (O(touched))
     _train_tables(live, 2, 3)  # the loop moves on while the copy is written
-    assert copy_tb.digest() == copy_tb.full_digest() == before  # the copy describes the snapshot
+    assert copy_tb.digest() == copy_tb.full_digest() == before  # the copy describes the state it copied
     assert live.digest() == live.full_digest() != before  # and the live digest is still the live tables'

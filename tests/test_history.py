@@ -5,8 +5,9 @@ import dataclasses, os, shutil
 
 import pytest
 
+from dormouse.fsio import atomic_write
 from dormouse.config import ConfigError
-from dormouse.rundir import RunDirError, RunPaths, refuse_fresh_over_history, write_atomic, write_jsonl
+from dormouse.rundir import RunDirError, RunPaths, refuse_fresh_over_history, write_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit
 
@@ -129,7 +130,7 @@ def test_writes_a_resume_reads_are_fsynced_with_their_directory(tmp_path, monkey
 
     monkeypatch.setattr(os, "fsync", spy)
     write_jsonl(tmp_path / "m.jsonl", [{"step": 0}])
-    write_atomic(tmp_path / "config.toml", "x = 1\n")
+    atomic_write(tmp_path / "config.toml", "x = 1\n")
     assert synced.count(str(tmp_path)) == 2, synced  # the directory after each rename
     synced.clear()
     fit(tiny_cfg(steps=2, ckpt_every=2), tmp_path / "run", progress=False)

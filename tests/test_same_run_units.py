@@ -14,7 +14,7 @@ from dormouse.config import cfg_to_dict, read_snapshot, snapshot_toml
 from dormouse.testing import flipped, with_key
 from dormouse.data import corpus_for
 from dormouse.dist import DistInfo, check_fingerprints
-from dormouse.fsio import atomic_write, atomic_write_bytes
+from dormouse.fsio import atomic_write
 from dormouse.mask import mask_stream
 from dormouse.model import depth_for_step
 from dormouse.numerics import drift_lines, env_diff
@@ -169,7 +169,7 @@ def test_exactly_the_progress_keys_may_change_on_a_resume(tmp_path):
 
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp(tmp_path):
     p = tmp_path / "f.bin"
-    atomic_write_bytes(p, b"old contents")
+    atomic_write(p, b"old contents")
 
     def half_then_crash(f):
         f.write(b"new half")
