@@ -32,7 +32,7 @@ def lr_at(cfg: TrainCfg, step: int) -> float:
     return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 def pre_batches(cfg: TrainCfg) -> int:
-    "Probe batches a fresh run reads before step 0 — from the two conditions that gate the probes (*indexed data*)."
+    "Probe batches a fresh run reads before step 0, from the conditions gating the probes (rule: data indexed by step)."
     return int(cfg.warmup_forwards) + int(cfg.quant_check)
 
 def _orders(corpus: Corpus, cfg: TrainCfg) -> None:
@@ -194,7 +194,7 @@ def _update(parts: Parts, cfg: TrainCfg, total: torch.Tensor, *, step: int, lr: 
 # %% ../nbs/18_step.ipynb #9144551d
 def train_step(parts: Parts, corpus: Corpus, cfg: TrainCfg, step: int,
                *,
-               probe_batches: int,  # `pre_batches(cfg)`: step s reads batch s + probe_batches (*indexed data*)
+               probe_batches: int,  # `pre_batches(cfg)`: step s reads batch s + this (rule: data indexed by step)
                device: str = "cpu",
                rank: int = 0,  # this process's rank, of `world`
                world: int = 1,  # must divide the step's microbatch count (`check_world`)

@@ -1,0 +1,160 @@
+"""The prose stays true to the code: every object the chapters and README name (`dormouse.module.name`, or `module.name`
+in backticks for a kit module) exists; the counts the decisions chapter states are the code's; every rule is cited in
+one form; and each chapter's closing line names the tests that guard it as `tools/chapter_tests.py` generates it."""
+
+import importlib, importlib.util, json, re, sys
+from pathlib import Path
+
+from dormouse.config import PROGRESS_KEYS, field_names
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = sorted((ROOT / "nbs").glob("*.ipynb"))
+MODULES = sorted(p.stem for p in (ROOT / "dormouse").glob("*.py") if not p.stem.startswith("_"))
+FULL = re.compile(r"\bdormouse(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # dormouse.module.name
+AMBIGUOUS = {"model"}  # `model.x` in prose is the network a chapter holds (`model.compile()`) or a plan key
+NAMES = "|".join(sorted(set(MODULES) - AMBIGUOUS))
+SHORT = re.compile(rf"`({NAMES})((?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\(\))?`")  # `module.name` in backticks
+FILE_SUFFIXES = {"toml", "jsonl", "json", "py", "ipynb", "png", "dmck", "ngram", "ngdelta", "db", "lock", "tmp"}
+NOT_OBJECTS = {"dormouse.run_id", "dormouse.run_dir", "dormouse.version"}  # MLflow tag names the track chapter lists
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+def prose(comments: bool = True) -> dict[str, list[str]]:
+    "The prose of every chapter (markdown cells, and the comments of code cells) and of README (outside code blocks)."
+    out = {}
+    for nb in NBS:
+        texts = []
+        for c in json.loads(nb.read_text())["cells"]:
+            src = "".join(c["source"])
+            if c["cell_type"] == "markdown":
+                texts.append(src)
+            elif comments:
+                texts += [line[line.index("#"):] for line in src.splitlines() if "#" in line]
+        out[nb.relative_to(ROOT).as_posix()] = texts
+    readme = re.sub(r"```.*?```", "", (ROOT / "README.md").read_text(), flags=re.S)
+    out["README.md"] = [readme]
+    return out
+
+
+def resolve(dotted: str) -> bool:
+    "Whether `dotted` (dormouse.module.name...) names a real object: the longest importable module, then attributes."
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def references(texts: dict[str, list[str]]) -> set[tuple[str, str]]:
+    "(file, dotted name) for every object the prose names."
+    config_keys = set(field_names())
+    refs = set()
+    for f, chunks in texts.items():
+        for t in chunks:
+            refs |= {(f, m.rstrip(".")) for m in FULL.findall(t) if m.rstrip(".") not in NOT_OBJECTS}
+            for mod, rest in SHORT.findall(t):
+                if rest.rsplit(".", 1)[-1] in FILE_SUFFIXES or f"{mod}{rest}" in config_keys:
+                    continue  # a file name (`config.toml`), or a dotted plan key (`model.depth`)
+                refs.add((f, f"dormouse.{mod}{rest}"))
+    return refs
+
+
+def test_every_object_the_prose_names_exists():
+    refs = references(prose())
+    assert len(refs) > 100, f"only {len(refs)} references found: the scan is broken"
+    gone = sorted(f"{f}: {r}" for f, r in refs if not resolve(r))
+    assert not gone, "the prose names objects the library does not have:\n" + "\n".join(gone)
+
+
+def test_the_scan_can_fail():
+    texts = {"x.ipynb": ["see `dormouse.data.no_such_thing` and `checkpoints.plan_missing`, then `config.toml`"]}
+    refs = references(texts)
+    assert refs == {("x.ipynb", "dormouse.data.no_such_thing"), ("x.ipynb", "dormouse.checkpoints.plan_missing")}
+    assert not any(resolve(r) for _, r in refs) and resolve("dormouse.parts.plan_lacks")
+
+
+def test_every_function_readme_places_a_step_in_exists():
+    table = re.search(r"## Where things happen\n(.*?)\n## ", (ROOT / "README.md").read_text(), re.S)
+    assert table, "README has no 'Where things happen' table"
+    rows = [r for r in table[1].splitlines() if r.startswith("| ") and not r.startswith("| what")]
+    named = [(r, FULL.findall(r)) for r in rows]
+    assert len(rows) >= 10 and all(n for _, n in named), [r for r, n in named if not n]
+    gone = [n for _, ns in named for n in ns if not resolve(n)]
+    assert not gone, f"README's table names functions that do not exist: {gone}"
+
+
+def test_readme_lists_every_module_in_its_layers():
+    text = (ROOT / "README.md").read_text()
+    layers = "\n".join(line for line in text.splitlines() if line.startswith("- **"))
+    listed = set(re.findall(r"`(\w+)`", layers))
+    missing = sorted(set(MODULES) - listed)
+    assert not missing, f"README's layer list omits the modules {missing}"
+
+
+def decisions() -> str:
+    cells = json.loads((ROOT / "nbs" / "28_decisions.ipynb").read_text())["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells)
+
+
+def test_the_counts_the_decisions_chapter_states_are_the_codes():
+    from dormouse.replay import VERIFY_STEPS
+
+    text = decisions()
+    m = re.search(r"Exactly (\w+) keys may change on a resume: ([^(]+)\(`PROGRESS_KEYS`\)", text)
+    assert m, "the decisions chapter no longer states how many keys may change on a resume"
+    listed = set(re.findall(r"\w+", m[2].replace("`", "")))
+    assert WORDS[m[1]] == len(PROGRESS_KEYS) and listed == PROGRESS_KEYS, (m[0], sorted(PROGRESS_KEYS))
+    m = re.search(r"(\d+) by default, `replay\.VERIFY_STEPS`", text)
+    assert m and int(m[1]) == VERIFY_STEPS, (m and m[0], VERIFY_STEPS)
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(r"Change anything but `([^`]+)`", readme)
+    assert m and set(m[1].split(", ")) == PROGRESS_KEYS, (m and m[0], sorted(PROGRESS_KEYS))
+    m = re.search(r"the first (\d+) steps of the interval before its checkpoint \(`verify_steps`\)", readme)
+    assert m and int(m[1]) == VERIFY_STEPS, (m and m[0], VERIFY_STEPS)
+
+
+def tool(name: str):
+    "A module of tools/ (not a package), imported by path."
+    spec = importlib.util.spec_from_file_location(f"_tools_{name}", ROOT / "tools" / f"{name}.py")
+    mod = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_mutants_the_decisions_chapter_names_exist():
+    names = {m.name for m in tool("mutants").MUTANTS}
+    cited = re.findall(r"`(\w+)`", re.search(r"the mutants (.+)", decisions())[1])
+    assert cited and not set(cited) - names, sorted(set(cited) - names)
+
+
+def rule_names() -> set[str]:
+    return set(re.findall(r"^## (.+?)\s*$", decisions(), re.M))
+
+
+ITALIC = re.compile(r"\(\*([A-Za-z][\w ',]* [\w ',]*\w)\*")  # a rule or a section cited in italics, in brackets
+
+
+def odd_citations(text: str, rules: set[str], headings: set[str]) -> list[str]:
+    "Italic citations that are a rule (cited `(rule: NAME)` instead) or no section of any chapter."
+    return [n for n in ITALIC.findall(text) if n.lower() in rules or n.lower() not in headings]
+
+
+def test_rules_are_cited_in_one_form():
+    rules = {r.lower() for r in rule_names()}
+    headings = {h.strip().lower() for chunks in prose(False).values() for t in chunks
+                for h in re.findall(r"^#+ (.+)$", t, re.M)}
+    files = [*ROOT.glob("dormouse/*.py"), *ROOT.glob("tests/*.py"), *(nb for nb in NBS if nb.stem != "28_decisions")]
+    files = [p for p in files if p != Path(__file__)]
+    odd = sorted((p.relative_to(ROOT).as_posix(), n) for p in files
+                 for n in odd_citations(p.read_text(), rules, headings))
+    assert not odd, f"cite a rule by its name after `(rule: `, as test_decisions.py checks: {odd}"
+    planted = "kept (*nothing lost*), named (*indexed data*), shown (*the overlap check*)"
+    assert odd_citations(planted, rules, headings) == ["nothing lost", "indexed data"]
