@@ -143,7 +143,7 @@ ITALIC = re.compile(r"\(\*([A-Za-z][\w ',]* [\w ',]*\w)\*")  # a rule or a secti
 
 
 def odd_citations(text: str, rules: set[str], headings: set[str]) -> list[str]:
-    "Italic citations that are a rule (cited `(rule: NAME)` instead) or no section of any chapter."
+    "Italic citations that are a rule (cited with `rule: ` in brackets instead) or no section of any chapter."
     return [n for n in ITALIC.findall(text) if n.lower() in rules or n.lower() not in headings]
 
 
@@ -158,3 +158,14 @@ def test_rules_are_cited_in_one_form():
     assert not odd, f"cite a rule by its name after `(rule: `, as test_decisions.py checks: {odd}"
     planted = "kept (*nothing lost*), named (*indexed data*), shown (*the overlap check*)"
     assert odd_citations(planted, rules, headings) == ["nothing lost", "indexed data"]
+
+
+def test_every_chapter_ends_with_the_tests_that_guard_it():
+    tool_ = tool("chapter_tests")
+    assert tool_.stale() == [], "run `python tools/chapter_tests.py --write`"
+    found = tool_.guards()
+    assert {"tests/test_prose.py", "tests/test_decisions.py"} <= set(found["28_decisions.ipynb"])  # they read it
+    assert "tests/test_background_ckpt.py" in found["14_commit.ipynb"]  # it imports dormouse.commit
+    assert "nbs/21_view.ipynb" in found["15_rundir.ipynb"]  # a mutant of rundir.py is killed there
+    line = tool_.line("x.ipynb", ["tests/test_a.py", "nbs/y.ipynb"])
+    assert "`tests/test_a.py`" in line and "`nbs/y.ipynb`" in line and line != tool_.line("x.ipynb", [])
