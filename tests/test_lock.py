@@ -8,25 +8,11 @@ import dataclasses, os, subprocess, time
 import pytest
 
 from dormouse.config import load_cfg
-from dormouse.testing import tiny_cfg, train_cmd
+from dormouse.testing import save_snapshot, tiny_cfg, train_cmd
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.train import fit
 
-CONFIG = """
-steps = 3000
-seq_len = 32
-batch = 4
-ckpt_every = 20
-log_every = 5
-eval = false
-threads = 1
-[model]
-d_model = 32
-n_heads = 2
-factor_rank = 16
-ngram_slots = 1024
-ngram_dim = 16
-"""
+CONFIG = tiny_cfg(steps=3000, ckpt_every=20, eval=False)  # a seconds-scale plan, written by save_snapshot
 
 
 def wait_for(cond, proc, what, limit=180):
@@ -53,7 +39,7 @@ def assert_refused(r, pid):
 
 def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_not_block(tmp_path):
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG)
+    save_snapshot(CONFIG, cfg)
     run = tmp_path / "run"
     a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -82,7 +68,7 @@ def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_no
 
 def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG)
+    save_snapshot(CONFIG, cfg)
     run = tmp_path / "run"
     fit(dataclasses.replace(load_cfg(cfg), steps=10), run, progress=False)  # a run at its checkpoint 10
     procs = [
@@ -127,7 +113,7 @@ def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
 def test_deleting_the_lock_note_does_not_let_a_second_writer_in(tmp_path):
     "The lock is on the directory: `rm run.lock` while A writes, and B (fresh or resumed) is still refused, naming A."
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG)
+    save_snapshot(CONFIG, cfg)
     run = tmp_path / "run"
     a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

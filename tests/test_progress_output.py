@@ -7,22 +7,9 @@ import base64, fcntl, json, os, pty, re, select, struct, subprocess, sys, termio
 import pytest
 
 from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.testing import save_snapshot, tiny_cfg
 
-CONFIG = """
-steps = 30
-seq_len = 32
-batch = 4
-log_every = 5
-ckpt_every = 10
-eval = false
-threads = 1
-[model]
-d_model = 32
-n_heads = 2
-factor_rank = 16
-ngram_slots = 1024
-ngram_dim = 16
-"""
+CONFIG = tiny_cfg(steps=30, ckpt_every=10, eval=False)  # a seconds-scale plan, written by save_snapshot
 LINE = re.compile(r"^train run: step (\d+)/30  loss (\d+\.\d{4})  [\d,]+ tok/s  eta \d+:\d\d(:\d\d)?  quant \w+$")
 WIDGET_TEXT = ("HBox(", "Output()", "FloatProgress(", "IntProgress(", "Loading widget", "widget-view")
 
@@ -30,7 +17,7 @@ WIDGET_TEXT = ("HBox(", "Output()", "FloatProgress(", "IntProgress(", "Loading w
 @pytest.fixture(scope="module")
 def cfg_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("progress") / "cfg.toml"
-    p.write_text(CONFIG)
+    save_snapshot(CONFIG, p)
     return p
 
 

@@ -1,31 +1,17 @@
 """SIGTERM is Ctrl-C: what a batch scheduler sends stops the run at the next step boundary with a checkpoint, in one
 process and under torchrun, and the resume is bitwise the run that was never stopped."""
 
-import os, signal, subprocess, threading, time
+import dataclasses, os, signal, subprocess, threading, time
 
 import pytest
 
 from dormouse.config import load_cfg
 from dormouse.container import load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import train_cmd, torchrun, assert_same_run
+from dormouse.testing import assert_same_run, save_snapshot, tiny_cfg, torchrun, train_cmd
 from dormouse.train import fit
 
-CONFIG = """
-steps = 300
-seq_len = 32
-batch = 4
-ckpt_every = 1000
-log_every = 5
-eval = false
-threads = 1
-[model]
-d_model = 32
-n_heads = 2
-factor_rank = 16
-ngram_slots = 1024
-ngram_dim = 16
-"""
+CONFIG = tiny_cfg(steps=300, ckpt_every=1000, eval=False)  # a seconds-scale plan, written by save_snapshot
 
 
 def rows(run):
@@ -44,7 +30,7 @@ def stopped_at(run, steps):
 @pytest.fixture(scope="module")
 def cfg_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("signals") / "cfg.toml"
-    p.write_text(CONFIG)
+    save_snapshot(CONFIG, p)
     return p
 
 
@@ -88,7 +74,7 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
 
 def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_file, tmp_path):
     small = tmp_path / "cfg.toml"  # 2 ranks: the same rows, half the batch each (a microbatch a rank)
-    small.write_text(cfg_file.read_text().replace("steps = 300", "steps = 120\nmicro_batch = 2"))
+    save_snapshot(dataclasses.replace(CONFIG, steps=120, micro_batch=2), small)
     run = tmp_path / "run"
     proc = torchrun(small, run, wait=False)
     try:

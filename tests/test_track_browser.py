@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import held_train_cmd, train_cmd
+from dormouse.testing import held_train_cmd, save_snapshot, tiny_cfg, train_cmd
 from dormouse.track_tensorboard import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,24 +20,8 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-CONFIG = """
-steps = 30
-seq_len = 32
-batch = 4
-ckpt_every = 10
-log_every = 5
-eval_every = 10
-eval_batches = 1
-eval_depths = [1]
-threads = 1
-[model]
-d_model = 32
-n_heads = 2
-factor_rank = 16
-ngram_orders = [2, 3]
-ngram_slots = 1024
-ngram_dim = 16
-"""
+# a seconds-scale plan, written by save_snapshot
+CONFIG = tiny_cfg(steps=30, ckpt_every=10, eval_every=10, eval_batches=1, eval_depths=[1])
 PAGE = "/#scalars&_smoothingWeight=0&tagFilter=%5Eloss%24"  # the scalars page, smoothing off, the loss first
 
 
@@ -66,7 +50,7 @@ def get(url: str):
 def killed_and_resumed(tmp_path):
     "A run with the TensorBoard tracker, SIGKILLed after step 13 (checkpoint at 10, shown to 13), resumed to 30."
     cfg_file, run, flag = tmp_path / "cfg.toml", tmp_path / "run", tmp_path / "hold"
-    cfg_file.write_text(CONFIG)
+    save_snapshot(CONFIG, cfg_file)
     proc = subprocess.Popen(held_train_cmd(cfg_file, run, "--track", "tensorboard", at=14, flag=flag),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

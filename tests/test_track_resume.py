@@ -12,27 +12,11 @@ import pytest
 
 from dormouse.config import ENV_KEYS, PROGRESS_KEYS, flatten, read_snapshot
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import held_train_cmd, train_cmd
+from dormouse.testing import held_train_cmd, save_snapshot, tiny_cfg, train_cmd
 from dormouse.track_tensorboard import read_scalars, read_texts
 
-CONFIG = """
-steps = 30
-seq_len = 32
-batch = 4
-ckpt_every = 10
-log_every = 5
-eval_every = 10
-eval_batches = 1
-eval_depths = [1]
-threads = 1
-[model]
-d_model = 32
-n_heads = 2
-factor_rank = 16
-ngram_orders = [2, 3]
-ngram_slots = 1024
-ngram_dim = 16
-"""
+# a seconds-scale plan, written by save_snapshot
+CONFIG = tiny_cfg(steps=30, ckpt_every=10, eval_every=10, eval_batches=1, eval_depths=[1])
 TRACK = ("--track", "tensorboard,mlflow")
 HELD = 14  # the hold: steps 0-13 logged, the checkpoint at step 10 behind them
 
@@ -40,7 +24,7 @@ HELD = 14  # the hold: steps 0-13 logged, the checkpoint at step 10 behind them
 @pytest.fixture
 def cfg_file(tmp_path):
     p = tmp_path / "cfg.toml"
-    p.write_text(CONFIG)
+    save_snapshot(CONFIG, p)
     return p
 
 

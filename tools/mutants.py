@@ -1241,6 +1241,19 @@ MUTANTS = [
         [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
         ["nbs/18c_scorecard.ipynb"],
     ),
+    # the prose checked against the code: a count the chapters state, an object they name
+    Mutant(
+        "verify_steps_not_what_the_prose_says",
+        "resumes replay 8 steps before they trust while the decisions chapter and README say 16",
+        [edit("replay.py", "VERIFY_STEPS = 16  #", "VERIFY_STEPS = 8  #")],
+        ["tests/test_prose.py::test_the_counts_the_decisions_chapter_states_are_the_codes"],
+    ),
+    Mutant(
+        "object_the_prose_names_renamed",
+        "a helper the config chapter names (`dormouse.testing.flipped`) is renamed and the prose still names it",
+        [edit("testing.py", "def flipped(value):", "def flip_value(value):")],
+        ["tests/test_prose.py::test_every_object_the_prose_names_exists"],
+    ),
 ]
 
 
