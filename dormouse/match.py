@@ -44,13 +44,17 @@ def gram_hashes(raw: np.ndarray,  # uint8 bytes
         h, j = _doubled(h, j), 2 * j
     return h
 
+def _check_orders(orders) -> None:
+    "Refuse match orders that are not ascending orders from MATCH_ORDERS."
+    if list(orders) != sorted(set(orders)) or not set(orders) <= set(MATCH_ORDERS):
+        raise ValueError(f"match orders {list(orders)}: use ascending orders from {MATCH_ORDERS}")
+
 def match_codes(raw: np.ndarray,  # uint8 bytes of one or more units, back to back
                 starts,  # each unit's first offset in `raw`, ascending (0 first)
                 orders: list[int],  # from MATCH_ORDERS, ascending
                ) -> np.ndarray:
     "uint16 codes [len(raw), len(orders)]: the byte after the last earlier occurrence of the k bytes ending here."
-    if list(orders) != sorted(set(orders)) or not set(orders) <= set(MATCH_ORDERS):
-        raise ValueError(f"match orders {list(orders)}: use ascending orders from {MATCH_ORDERS}")
+    _check_orders(orders)
     n = len(raw)
     out = np.full((n, len(orders)), MATCH_NONE, dtype=np.uint16)
     if n == 0 or not orders:
@@ -83,8 +87,7 @@ def train_codes(raw: np.ndarray,  # uint8 bytes of the corpus: the training unit
                 orders: list[int],  # from MATCH_ORDERS, ascending
                ) -> np.ndarray:
     "uint16 codes [len(raw), len(orders)]: the unit's own last occurrence, else the training text's before the unit."
-    if list(orders) != sorted(set(orders)) or not set(orders) <= set(MATCH_ORDERS):
-        raise ValueError(f"match orders {list(orders)}: use ascending orders from {MATCH_ORDERS}")
+    _check_orders(orders)
     n = len(raw)
     out = np.full((n, len(orders)), MATCH_NONE, dtype=np.uint16)
     if n < 2 or not orders:
