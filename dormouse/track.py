@@ -4,7 +4,7 @@
 
 # %% ../nbs/21d_track.ipynb #tk000003
 from __future__ import annotations
-import importlib.util, queue, sys, threading, time
+import importlib.util, os, queue, sys, threading
 from dataclasses import dataclass
 from pathlib import Path
 from .config import ConfigError, TrainCfg, cfg_to_dict, flatten
@@ -13,8 +13,8 @@ from .track_mlflow import MLflowTracker
 from .track_tensorboard import TensorBoardTracker
 
 # %% auto #0
-__all__ = ['BOOKKEEPING', 'TRACKERS', 'EXTRA', 'METHODS', 'FLUSH_SECS', 'CLOSE_SECS', 'RunInfo', 'Tracker', 'scalars',
-           'start_events', 'missing_packages', 'tracker_name', 'select_trackers', 'Feed']
+__all__ = ['BOOKKEEPING', 'TRACKERS', 'EXTRA', 'METHODS', 'FLUSH_SECS', 'OPEN_SECS', 'NICE', 'CLOSE_SECS', 'RunInfo', 'Tracker',
+           'scalars', 'start_events', 'missing_packages', 'tracker_name', 'select_trackers', 'Feed']
 
 # %% ../nbs/21d_track.ipynb #tk000006
 @dataclass
@@ -115,7 +115,9 @@ def select_trackers(trackers=None) -> list:
     return out
 
 # %% ../nbs/21d_track.ipynb #tk000023
-FLUSH_SECS = 2.0  # a tracker shows a row at most this long after the loop wrote it (while rows come)
+FLUSH_SECS = 2.0  # the feed's thread wakes this often: a tracker shows a row at most this long after it was written
+OPEN_SECS = 30.0  # how long a segment's first step waits for its trackers to open (a slow store: they open alongside)
+NICE = 10  # the feed's thread runs this much nicer than the loop (Linux): it takes no core the step's threads want
 CLOSE_SECS = 60.0  # how long the end of a segment waits for its trackers before leaving them behind
 
 def _why(e: BaseException) -> str:
@@ -134,6 +136,7 @@ class Feed:
         self.trackers = list(trackers) if enabled else []  # the live ones: the thread removes one that fails
         self.root, self.cfg, self.segment = Path(root), cfg, segment
         self.items, self.failures = queue.SimpleQueue(), queue.SimpleQueue()
+        self.wake, self.opened = threading.Event(), threading.Event()  # close now; the trackers have opened
         self.off = {}  # {tracker name: where it failed, and why}
         self.start = self.last = None  # the segment's first step; the last step the loop fed
         self.thread = None
@@ -152,6 +155,8 @@ class Feed:
             self.items.put(("mark", event, self.start, text))
         self.thread = threading.Thread(target=self._work, name="dormouse-trackers", daemon=True)
         self.thread.start()
+        if not self.opened.wait(OPEN_SECS):  # their imports and stores are set up before the first step, not beside it
+            print(f"trackers still opening after {OPEN_SECS:.0f} s: training starts, they catch up", file=sys.stderr)
         return self
 
     def log(self, row: dict) -> None:
@@ -159,29 +164,35 @@ class Feed:
         if self.thread is None:
             return
         self.last = row["step"]
-        self.items.put(("log", row))
+        self.items.put(("log", row))  # wakes nothing: the thread takes what came every FLUSH_SECS
         if not self.failures.empty():
             self._report()
 
     def _work(self) -> None:
-        "The feed's thread: each item to every live tracker, a flush when one is due; ends after closing them."
-        due, step = None, self.start  # when what was logged must be visible; the step it is at
+        "The feed's thread: every FLUSH_SECS, what came to every live tracker and a flush; ends after closing them."
+        try:  # niceness is per thread on Linux: the loop's stays as it was
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + NICE))
+        except (AttributeError, OSError):
+            pass  # no niceness here (not Linux, or not allowed): the feed runs at the loop's
+        step = self.start  # the step the trackers are at
         while True:
-            try:
-                method, *args = self.items.get(timeout=max(0.0, due - time.monotonic())) if due else self.items.get()
-            except queue.Empty:
-                method, args = "flush", []
-            if method == "log":
-                step, args = args[0]["step"], [args[0]["step"], scalars(args[0])]
-            if method in ("open", "log", "mark"):
+            batch = []
+            while not self.items.empty():
+                batch.append(self.items.get())
+            for method, *args in batch:
+                if method == "close":
+                    self._each("flush", step, "flush")
+                    self._each("close", step, "close", *args)
+                    return
+                if method == "log":
+                    step, args = args[0]["step"], [args[0]["step"], scalars(args[0])]
                 self._each(f"step {step}" if method == "log" else method, step, method, *args)
-                due = due or (time.monotonic() + FLUSH_SECS if method != "open" else None)
-            if method in ("flush", "close") or (due and time.monotonic() >= due):
+            if any(method != "open" for method, *_ in batch):
                 self._each("flush", step, "flush")
-                due = None
-            if method == "close":
-                self._each("close", step, "close", *args)
-                return
+            self.opened.set()
+            self.wake.wait(FLUSH_SECS)
+            self.wake.clear()
 
     def _each(self, where: str, step: int, method: str, *args) -> None:
         "Call `method` on every live tracker; one that raises is closed and switched off, and the others told."
@@ -228,6 +239,7 @@ class Feed:
         elif status == "stopped":
             self.items.put(("mark", "stop", at, f"stopped after step {at} with a checkpoint; resume to continue"))
         self.items.put(("close", status))
+        self.wake.set()
         self.thread.join(CLOSE_SECS)
         if self.thread.is_alive():
             self.failures.put(("trackers", f"close: still busy after {CLOSE_SECS:.0f} s, left to finish alone"))

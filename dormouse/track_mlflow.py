@@ -4,14 +4,15 @@
 
 # %% ../nbs/21f_track_mlflow.ipynb #ml000003
 from __future__ import annotations
-import json, os, tempfile, time
+import json, os, shutil, tempfile, time
 from pathlib import Path
 from .config import ENV_KEYS, PROGRESS_KEYS
+from .data import cache_dir
 from .fsio import atomic_write
 from .view import plot_run
 
 # %% auto #0
-__all__ = ['MUTABLE', 'TAG_CHARS', 'STATUS', 'tag_text', 'run_tags', 'MLflowTracker']
+__all__ = ['MUTABLE', 'TAG_CHARS', 'STATUS', 'tag_text', 'run_tags', 'empty_store', 'MLflowTracker']
 
 # %% ../nbs/21f_track_mlflow.ipynb #ml000006
 MUTABLE = PROGRESS_KEYS | ENV_KEYS  # plan keys a resume may change: MLflow tags, not params (a param never changes)
@@ -31,6 +32,31 @@ def run_tags(run) -> dict[str, str]:
     tags.update({f"env.{k}": tag_text(v) for k, v in run.env.items()})
     tags.update({f"segment.{r['segment']}": tag_text({k: v for k, v in r.items() if k != "env"}) for r in run.lineage})
     return {k: tag_text(v) for k, v in tags.items()}
+
+# %% ../nbs/21f_track_mlflow.ipynb #0497285a
+def _dispose(client) -> None:
+    "Close an MlflowClient's store connections: MLflow keeps a store, and its SQLite file open, as long as the process."
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    if getattr(store, "engine", None) is not None:
+        store.engine.dispose()
+
+def empty_store(dest: Path) -> None:
+    "An empty MLflow SQLite store, its tables made, at `dest`: copied from the cache (made there once per version)."
+    import mlflow, sqlalchemy
+    from mlflow.tracking import MlflowClient
+    made = cache_dir() / "mlflow" / f"empty-mlflow{mlflow.__version__}-sqlalchemy{sqlalchemy.__version__}.db"
+    try:
+        if not made.exists():
+            made.parent.mkdir(parents=True, exist_ok=True)
+            part = made.with_name(f"{made.name}.{os.getpid()}.part")
+            client = MlflowClient(tracking_uri=f"sqlite:///{part.resolve()}")
+            client.search_experiments()  # makes the tables: MLflow's migrations, run once here
+            _dispose(client)
+            os.replace(part, made)
+        shutil.copyfile(made, dest)
+    except OSError:
+        dest.unlink(missing_ok=True)  # MLflow makes the store in the run directory itself
+
 
 # %% ../nbs/21f_track_mlflow.ipynb #ml000010
 class MLflowTracker:
@@ -52,6 +78,8 @@ class MLflowTracker:
         home.mkdir(exist_ok=True)
         default = f"sqlite:///{(home / 'mlflow.db').resolve()}"
         uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default
+        if uri == default and not (home / "mlflow.db").exists():
+            empty_store(home / "mlflow.db")
         self.client, self.root, ids_file = MlflowClient(tracking_uri=uri), run.root, home / "runs.json"
         ids = json.loads(ids_file.read_text()) if ids_file.exists() else {}
         self.run_id = ids.get(uri)
@@ -131,7 +159,5 @@ class MLflowTracker:
             self.client.log_artifact(self.run_id, str(Path(d) / "loss.png"))
 
     def _release(self) -> None:
-        "Close the store's connections: MLflow keeps a store, and a SQLite file open, for the life of the process."
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        if getattr(store, "engine", None) is not None:
-            store.engine.dispose()
+        "Close the store's connections (`_dispose`)."
+        _dispose(self.client)

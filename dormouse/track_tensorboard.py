@@ -55,9 +55,10 @@ class TensorBoardTracker:
         self.writer.file_writer.add_summary(ssi, run.start)
 
     def log(self, step: int, values: dict) -> None:
-        "One scalar per measurement of the row at `step`."
-        for k, v in values.items():
-            self.writer.add_scalar(k, v, step)
+        "The row at `step` as one event: a scalar per measurement (one write per row, not one per measurement)."
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]
+        self.writer.file_writer.add_summary(Summary(value=values), step)
 
     def mark(self, event: str, step: int, text: str) -> None:
         "The event as text under `events/<event>` at `step`."

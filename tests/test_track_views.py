@@ -3,12 +3,13 @@ run is the run without them; a tracker that fails is reported once, marked in li
 run stays bitwise the run without trackers; a tracker whose package is missing is refused in one line naming the
 extra, before anything is written; and a run with trackers leaves no thread and no file of the run open."""
 
-import dataclasses, json, os, shutil, subprocess, sys, threading
+import dataclasses, json, os, shutil, subprocess, sys, threading, time
 
 import pytest
 
 from dormouse.config import ConfigError, field_names
-from dormouse.rundir import read_lineage
+from dormouse import track, track_mlflow
+from dormouse.rundir import RunPaths, read_jsonl, read_lineage
 from dormouse.testing import assert_same_run, tiny_cfg, train_cmd
 from dormouse.track import Tracker
 from dormouse.track_mlflow import MLflowTracker
@@ -148,3 +149,45 @@ def test_a_fresh_run_in_a_directory_another_run_left_its_mlflow_store_in_gets_an
     assert len(runs) == 2 and len({r.data.tags["dormouse.run_id"] for r in runs}) == 2  # one per dormouse run
     kept = json.loads((run / "mlflow" / "runs.json").read_text())[uri]
     assert client.get_run(kept).data.tags["dormouse.run_id"] == read_lineage(run)[0]["run_id"]
+
+
+class Watch(Tracker):
+    "Records, on the feed's thread, what the run had written when it was opened and first fed, and its niceness."
+    name = "watch"
+
+    def open(self, run):
+        time.sleep(1.0)  # a slow store: the loop, were it not waiting, would write rows meanwhile
+        self.root = run.root
+        self.rows_at_open = len(read_jsonl(RunPaths(run.root).metrics))
+        self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        self.rows_at_first_log = None
+
+    def log(self, step, values):
+        if self.rows_at_first_log is None:
+            self.rows_at_first_log = len(read_jsonl(RunPaths(self.root).metrics))
+
+
+
+def test_the_trackers_open_before_the_first_step_and_are_fed_in_batches_on_a_nicer_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(track, "FLUSH_SECS", 3600.0)  # the thread wakes only when the segment ends
+    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    w = Watch()
+    fit(tiny_cfg(steps=12), tmp_path / "run", progress=False, trackers=[w])
+    assert w.rows_at_open == 0  # opened before the loop wrote its first row: imports and stores are not beside a step
+    assert w.rows_at_first_log == 12  # no wake-up per row: the rows came in one batch (here, at the segment's end)
+    assert w.nice == min(19, nice + track.NICE)  # the feed's thread is nicer than the loop
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == nice  # and the caller's thread as it was
+
+
+def test_a_new_mlflow_store_is_the_cached_empty_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(track_mlflow, "cache_dir", lambda: tmp_path / "cache")
+    fit(tiny_cfg(steps=3), tmp_path / "a", progress=False, trackers="mlflow")
+    made = list((tmp_path / "cache" / "mlflow").glob("empty-*.db"))
+    assert len(made) == 1 and not list((tmp_path / "cache" / "mlflow").glob("*.part"))
+    os.utime(made[0], (0, 0))  # a second run copies it, never makes it again
+    fit(tiny_cfg(steps=3), tmp_path / "b", progress=False, trackers="mlflow")
+    assert made[0].stat().st_mtime == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{(tmp_path / 'b' / 'mlflow' / 'mlflow.db').resolve()}")
+    assert len(client.search_runs([client.get_experiment_by_name("dormouse").experiment_id])) == 1
