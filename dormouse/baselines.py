@@ -17,25 +17,26 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 # %% auto #0
-__all__ = ['COMPRESSORS', 'QUICK', 'PPMD_ORDERS', 'PPMD_MEM', 'BASELINE_FORMAT', 'RECORDED', 'zpaq_size', 'compressed_size',
-           'Baselines', 'stream_baselines', 'compressor_baselines']
+__all__ = ['COMPRESSORS', 'QUICK', 'PPMD', 'PPMD_MEM', 'BASELINE_FORMAT', 'RECORDED', 'zpaq_size', 'compressed_size', 'Baselines',
+           'stream_baselines', 'compressor_baselines']
 
 # %% ../nbs/03b_baselines.ipynb #0e5c60b2
 COMPRESSORS = ("zpaq -m5", "PPMd", "xz -9e", "bz2 -9", "zlib -9")  # strongest first: the order they are shown in
 QUICK = ("xz -9e", "bz2 -9", "zlib -9")  # seconds on a held-out sample: computed at a run's end when not cached
-PPMD_ORDERS = (32, 64)  # PPMd's figure is its best of these model orders
+PPMD = ("H32", "H64", "I16")  # PPMd's figure is its best of these: variant H at orders 32 and 64, I at 16 (its most)
 PPMD_MEM = 1 << 30  # bytes of PPMd's model
-BASELINE_FORMAT = 3  # version of a cached entry (3: five compressors, given the whole training split)
+BASELINE_FORMAT = 4  # version of a cached entry (4: PPMd variants H and I, given the whole training split)
 
 def _codec(name: str) -> tuple:
-    "(feed, flush) of a streaming compressor: zlib, bz2, xz, or PPMd of order k (`PPMd oK`)."
-    if name.startswith("PPMd o") and name[6:].isdigit():
-        enc = pyppmd.Ppmd7Encoder(int(name[6:]), PPMD_MEM)
+    "(feed, flush) of a streaming compressor: zlib, bz2, xz, or PPMd variant v of order k (`PPMd H32`, `PPMd I16`)."
+    if name[:6] in ("PPMd H", "PPMd I") and name[6:].isdigit():
+        enc = pyppmd.Ppmd7Encoder(int(name[6:]), PPMD_MEM) if name[5] == "H" else \
+            pyppmd.Ppmd8Encoder(int(name[6:]), PPMD_MEM, restore_method=pyppmd.PPMD8_RESTORE_METHOD_CUT_OFF)
         return enc.encode, enc.flush
     make = {"zlib -9": lambda: zlib.compressobj(9), "bz2 -9": lambda: bz2.BZ2Compressor(9),
             "xz -9e": lambda: lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME)}
     if name not in make:
-        raise ValueError(f"unknown compressor {name!r}: use one of {COMPRESSORS[1:]} (PPMd as 'PPMd o32')")
+        raise ValueError(f"unknown compressor {name!r}: use one of {COMPRESSORS[1:]} (PPMd as 'PPMd H32', 'PPMd I16')")
     c = make[name]()
     return c.compress, c.flush
 
@@ -68,7 +69,7 @@ def zpaq_size(*parts: bytes,  # written to one temporary file, in order
             sizes.append((Path(t) / f"{name}.zpaq").stat().st_size)
     return sizes[1] - sizes[0]
 
-def compressed_size(name: str,  # a compressor of `COMPRESSORS` ("PPMd oK" for PPMd of order k)
+def compressed_size(name: str,  # a compressor of `COMPRESSORS` ("PPMd H32": PPMd variant H, order 32)
                     *parts: bytes,  # compressed as one stream, in order
                     bar=None,  # a tqdm bar to advance by the bytes read
                     chunk: int = 1 << 20,  # bytes fed per call
@@ -101,7 +102,7 @@ class Baselines:
     bits: dict  # {"xz -9e": bits/byte alone, "xz -9e +train": given the training text first, ...}
     origin: dict  # {figure: "now" | "cache" | "recorded"}: where each figure came from
     missing: dict  # {figure: why there is none}
-    ppmd_order: dict  # {"PPMd": order, "PPMd +train": order}: the order PPMd's best figure is at
+    ppmd_order: dict  # {"PPMd": "H64", "PPMd +train": "I16"}: the variant and order of its best figure
 
     def strongest(self, given: bool = False) -> str | None:
         "The compressor with the fewest bits/byte (given the training text first, or alone), or None."
@@ -133,7 +134,7 @@ def _write_entry(p: Path, entry: dict, log) -> None:
 
 def _jobs(stream: bytes, prefix: bytes, raw: dict, pre: dict, thorough: bool) -> list:
     "(size, compressor, parts) of each size still to compute: the stream alone, the prefix, prefix + stream."
-    names = [n for n in COMPRESSORS if n != "PPMd"] + [f"PPMd o{k}" for k in PPMD_ORDERS]
+    names = [n for n in COMPRESSORS if n != "PPMd"] + [f"PPMd {v}" for v in PPMD]
     out = []
     for n in names if shutil.which("zpaq") else names[1:]:
         if (thorough or n in QUICK) and n not in raw:
@@ -153,7 +154,7 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
     sha, spec = _sha(stream), [BASELINE_FORMAT, corpus.sha256, corpus.n_train]
     p, pp = _entry_path("baselines", spec + [sha]), _entry_path("prefix", spec)
     entry, pre = _read_entry(p), _read_entry(pp).get("bits", {})
-    raw = entry.get("bits", {})  # sizes by job: "xz -9e", "PPMd o32 +train", ...
+    raw = entry.get("bits", {})  # sizes by job: "xz -9e", "PPMd I16 +train", ...
     prefix = bytes(corpus.data[0:corpus.n_train]) if thorough else b""
     jobs = _jobs(stream, prefix, raw, pre, thorough)
     if jobs:
@@ -178,37 +179,38 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
 # %% ../nbs/03b_baselines.ipynb #5c1e0a02
 RECORDED = {  # {"corpus sha256[:16]/stream sha256[:16]": {"bits": {figure: bits/byte}, "ppmd_order": {...}}}
     # the default corpus (built from Python 3.11.7's standard library): the held-out sample, and without its
-    # near-copies of training files, as `dormouse baselines` computed them (zpaq 7.15, pyppmd 1.3.1)
+    # near-copies of training files, as `dormouse baselines` computed them (zpaq 7.15, pyppmd 1.3.1; PPMd's variant I
+    # added 2026-12-05, its figures computed by the same `compressed_size`)
     "98ca90a7e64217d9/1a232c373b6ca70f": {"bits": {
         "zpaq -m5": 1.0308347288945585, "zpaq -m5 +train": 0.8346899340499134,
-        "PPMd": 1.1804078913881566, "PPMd +train": 1.1116664729114496,
+        "PPMd": 1.1804078913881566, "PPMd +train": 0.9974543706463989,
         "xz -9e": 1.3465354996213919, "xz -9e +train": 1.0706850451344923,
         "bz2 -9": 1.4227724172167744, "bz2 -9 +train": 1.4375221116595605,
         "zlib -9": 1.668233675075643, "zlib -9 +train": 1.6650112639857229,
-    }, "ppmd_order": {"PPMd": 64, "PPMd +train": 32}},
+    }, "ppmd_order": {"PPMd": "H64", "PPMd +train": "I16"}},
     "98ca90a7e64217d9/062520a6966ae4e3": {"bits": {
         "zpaq -m5": 1.0861771877767967, "zpaq -m5 +train": 0.8986423416328229,
-        "PPMd": 1.2324415759468859, "PPMd +train": 1.1547536978114343,
+        "PPMd": 1.2324415759468859, "PPMd +train": 1.0650314079911019,
         "xz -9e": 1.4112746167187153, "xz -9e +train": 1.162978615074854,
         "bz2 -9": 1.4758340457433878, "bz2 -9 +train": 1.462705596632609,
         "zlib -9": 1.6998704687739978, "zlib -9 +train": 1.6972952729868835,
-    }, "ppmd_order": {"PPMd": 64, "PPMd +train": 32}},
+    }, "ppmd_order": {"PPMd": "H64", "PPMd +train": "I16"}},
 }
 
 # %% ../nbs/03b_baselines.ipynb #9174e986
 def _figures(corpus: Corpus, stream: bytes, sha: str, raw: dict, pre: dict, origin: str, new: set) -> Baselines:
-    "Sizes (bytes) to bits/byte; PPMd's best order; recorded figures where none was computed; why one is missing."
+    "Sizes to bits/byte; PPMd's best variant and order; recorded figures where none was computed; why one is missing."
     n, bits, where, order = max(1, len(stream)), {}, {}, {}
     for fig, size in raw.items():
         name, given = fig.removesuffix(" +train"), fig.endswith(" +train")
         if given and name not in pre:
             continue
         b = 8 * (size - (pre[name] if given else 0)) / n
-        key = ("PPMd" if name.startswith("PPMd o") else name) + (" +train" if given else "")
+        key = ("PPMd" if name.startswith("PPMd ") else name) + (" +train" if given else "")
         if key not in bits or b < bits[key]:
             bits[key], where[key] = b, "now" if fig in new else "cache"
-            if name.startswith("PPMd o"):
-                order[key] = int(name[6:])
+            if name.startswith("PPMd "):
+                order[key] = name[5:]
     rec = RECORDED.get(f"{corpus.sha256[:16]}/{sha[:16]}", {})
     for key, b in rec.get("bits", {}).items():
         if key not in bits:

@@ -54,7 +54,7 @@ def _fig(base: Baselines, key: str, fmt: str = "{:.3f}") -> str:
 
 def _name(base: Baselines, name: str, given: bool) -> str:
     order = base.ppmd_order.get(name + (" +train" if given else ""))
-    return f"{name} order {order}" if order else name
+    return f"{name} variant {order[0]} order {order[1:]}" if order else name
 
 def report_lines(sc: Scorecard) -> list[str]:
     "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
