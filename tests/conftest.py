@@ -7,14 +7,31 @@ before any test runs a matrix product, and every run a test makes, in-process or
 (whichever test file runs first).
 
 `dormouse train` ends with the compressor-like score of its held-out sample (up to 4 MiB); the suite's tiny runs are
-scored on a keyed 32 KiB of it (subprocesses inherit the variable), so the score costs them a second, not a minute."""
+scored on a keyed 32 KiB of it (subprocesses inherit the variable), so the score costs them a second, not a minute.
+
+`ref` is one uninterrupted tiny run (REF_CFG) that the resume and verify tests copy (`testing.stopped_at`) and never
+write: made once per worker process, not once per test file."""
 
 import os
 
+import pytest
+
 from dormouse.numerics import thread_invariant_mode
+from dormouse.testing import tiny_cfg
+from dormouse.train import fit
 
 os.environ.setdefault("DORMOUSE_SCORE_BYTES", str(32 << 10))
 thread_invariant_mode()
+
+REF_CFG = tiny_cfg(steps=30, ckpt_every=10, log_every=5, keep_ckpts=10)  # the reference run's plan
+
+
+@pytest.fixture(scope="session")
+def ref(tmp_path_factory):
+    "An uninterrupted tiny run of REF_CFG (checkpoints at 10, 20, 30; fingerprints every 5): copied, never written."
+    run = tmp_path_factory.mktemp("ref") / "ref"
+    fit(REF_CFG, run, progress=False)
+    return run
 
 
 def pytest_configure(config):

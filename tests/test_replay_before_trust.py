@@ -12,42 +12,22 @@ import torch
 import dormouse
 from dormouse.cli import main
 from dormouse.config import ConfigError
-from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container import load_ckpt
 from dormouse.evidence import seal
 from dormouse.checkpoints import save_run_ckpt
 from dormouse.numerics import EnvDriftError, kit_code, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.precompute import precompute_jepa_targets
-from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
+from dormouse.rundir import RunPaths, read_jsonl, read_lineage
+from dormouse.testing import assert_same_run, rewrite_ckpt, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
-CFG = tiny_cfg(steps=30, ckpt_every=10, log_every=5, keep_ckpts=10)
-
-
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    "An uninterrupted tiny run: checkpoints at 10, 20, 30, fingerprints every 5 steps."
-    run = tmp_path_factory.mktemp("trust") / "ref"
-    fit(CFG, run, progress=False)
-    return run
-
-
-def _lineage(run):
-    return read_jsonl(RunPaths(run).lineage)[-1]
+from conftest import REF_CFG as CFG
 
 
 def _listing(run):
     return sorted((str(p.relative_to(run)), p.stat().st_size) for p in Path(run).rglob("*") if p.name != "run.lock")
-
-
-def _rewrite(path, **changes):
-    "Rewrite a container with some fields changed (its checksums recomputed: a legitimate file)."
-    ck = load_ckpt(path)
-    for k, v in changes.items():
-        setattr(ck, k, v)
-    save_ckpt(path, ck)
 
 
 # 1. every resume replays before it trusts
@@ -56,7 +36,7 @@ def _rewrite(path, **changes):
 def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_which(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(CFG, run, resume=True, progress=False, verify_steps=4)
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["replayed"] == {"from_step": 10, "to_step": 14, "losses": 4, "fingerprints": 1}
     assert seg["unverified"] is None and seg["env_verified"] is None and not seg["env_waived"]
     assert_same_run(ref, run)
@@ -65,7 +45,7 @@ def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_w
 def test_a_changed_record_still_replays_the_whole_interval(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False, verify_steps=4)
-    assert _lineage(run)["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
                                              "keys": ["threads"]}
 
 
@@ -96,7 +76,7 @@ def test_nothing_to_replay_with_the_record_unchanged_resumes_unverified_and_says
     fit(CFG, run, resume=True, progress=False)
     said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("not verified:")]
     assert len(said) == 1 and "step_000010.dmck is no longer in" in said[0], said
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["replayed"] is None and "step_000010.dmck is no longer in" in seg["unverified"]
     assert_same_run(ref, run)
 
@@ -104,7 +84,7 @@ def test_nothing_to_replay_with_the_record_unchanged_resumes_unverified_and_says
 def test_the_waiver_skips_the_replay_and_is_recorded(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(CFG, run, resume=True, progress=False, allow_env_drift=True)
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["env_waived"] and seg["replayed"] is None and seg["unverified"] == "allow_env_drift"
 
 
@@ -112,15 +92,15 @@ def test_a_checkpoint_of_another_kit_version_is_replayed_not_trusted(ref, tmp_pa
     "Definitions unchanged, the version string differs: a change like any other, the whole interval replayed."
     run = stopped_at(ref, tmp_path / "run", 20)
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
-    _rewrite(p, env={**load_ckpt(p).env, "dormouse": "0.0.9"})
+    rewrite_ckpt(p, env={**load_ckpt(p).env, "dormouse": "0.0.9"})
     fit(CFG, run, resume=True, progress=False)
-    assert _lineage(run)["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
                                              "keys": ["dormouse"]}
     run2 = stopped_at(ref, tmp_path / "run2", 20)
     p2 = RunPaths(run2).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(p2).evidence
     ev["losses"][7] = ev["losses"][7] + 1.0  # the replay is what proves it: a difference at step 17 is found
-    _rewrite(p2, env={**load_ckpt(p2).env, "dormouse": "0.0.9"}, evidence=ev)
+    rewrite_ckpt(p2, env={**load_ckpt(p2).env, "dormouse": "0.0.9"}, evidence=ev)
     with pytest.raises(EnvDriftError, match=r"(?s)dormouse: '0.0.9' -> .*step 17: loss"):
         fit(CFG, run2, resume=True, progress=False)
 
@@ -129,7 +109,7 @@ def test_a_killed_run_resumed_with_another_log_every_is_the_same_run(ref, tmp_pa
     "log_every is a progress key: the re-trained steps are compared where the run logged them, at its old cadence."
     run = stopped_at(ref, tmp_path / "run", 20)  # rows 20..29 were logged after checkpoint 20, fingerprints at 24, 29
     df = fit(dataclasses.replace(CFG, log_every=3), run, resume=True, progress=False)
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["progress_changes"] == {"log_every": [5, 3]} and seg["overlap_rows"] == 10
     assert df.attrs["overlap_compared"] == 10
     rows = {r["step"]: r for r in read_jsonl(RunPaths(run).metrics)}
@@ -177,7 +157,7 @@ def test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_res
     model.write_text(src.replace("F.gelu(self.up(x)))", "F.gelu(self.up(x)))  # the MLP's nonlinearity"))
     r = _resume_with(kit, run)
     assert r.returncode == 0, r.stdout + r.stderr
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["env_verified"]["keys"] == ["kit_code"] and seg["env_verified"]["to_step"] == 20
     assert_same_run(ref, run)
 

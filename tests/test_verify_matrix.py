@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dormouse.numerics import EnvDriftError
-from dormouse.rundir import RunPaths, read_jsonl
+from dormouse.rundir import RunPaths, read_lineage
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg, train_cmd
 from dormouse.train import fit
 
@@ -24,10 +24,6 @@ def ref(tmp_path_factory):
         mp.delenv("ATEN_CPU_CAPABILITY", raising=False)
         fit(CFG, run, progress=False)
     return run
-
-
-def _lineage(run):
-    return read_jsonl(RunPaths(run).lineage)[-1]
 
 
 @pytest.mark.parametrize("threads", [(1, 3), (3, 1)])
@@ -49,7 +45,7 @@ def test_a_resume_across_one_and_three_threads_is_judged_by_the_replay(threads, 
         assert re.search(r"does not reproduce the run: step \d+: (loss|fingerprint) ", str(e)), e
         assert [p.name for p in RunPaths(run).checkpoints()] == before == ["step_000010.dmck"]
         return
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["env_drift"] == {"threads": [a, b]} and not seg["env_waived"]
     assert seg["env_verified"] == {"from_step": 0, "to_step": 10, "losses": 10, "fingerprints": 3, "keys": ["threads"]}
     assert_same_run(ref, run)  # verified: the interval's bits are the one-thread run's, and so is what follows
@@ -66,7 +62,7 @@ def test_aten_avx2_is_judged_by_the_evidence(ref, tmp_path):
     assert "Traceback" not in r.stderr, r.stderr
     assert "replaying steps 0-9 in memory" in r.stdout, r.stdout + r.stderr
     if r.returncode == 0:  # reproduced: verified, recorded, and the run the same
-        seg = _lineage(run)
+        seg = read_lineage(run)[-1]
         assert "ATEN_CPU_CAPABILITY" in seg["env_verified"]["keys"] and not seg["env_waived"], seg
         assert_same_run(ref, run)
         return

@@ -15,33 +15,13 @@ from dormouse.checkpoints import save_run_ckpt
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.evidence import Evidence, row_check
 from dormouse.replay import UnverifiableError
-from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, stopped_at, tiny_cfg
+from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl, read_lineage
+from dormouse.testing import assert_same_run, rewrite_ckpt, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
-CFG = tiny_cfg(steps=30, ckpt_every=10, log_every=5, keep_ckpts=10)
+from conftest import REF_CFG as CFG
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    "An uninterrupted tiny run: checkpoints at 10, 20, 30, fingerprints every 5 steps."
-    run = tmp_path_factory.mktemp("verify") / "ref"
-    fit(CFG, run, progress=False)
-    return run
-
-
-def _lineage(run):
-    return read_jsonl(RunPaths(run).lineage)[-1]
-
-
-def _rewrite(path, **changes):
-    "Rewrite a container with some fields changed (its checksums recomputed: a legitimate file)."
-    ck = load_ckpt(path)
-    for k, v in changes.items():
-        setattr(ck, k, v)
-    save_ckpt(path, ck)
 
 
 def _listing(run):
@@ -84,7 +64,7 @@ def test_an_older_container_without_evidence_loads_and_bad_evidence_is_refused(r
 def test_a_killed_run_resumes_comparing_every_step_it_re_trains(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)  # rows 20..29 were written after checkpoint 20
     df = fit(CFG, run, resume=True, progress=False)
-    assert df.attrs["overlap_compared"] == 10 and _lineage(run)["overlap_rows"] == 10
+    assert df.attrs["overlap_compared"] == 10 and read_lineage(run)[-1]["overlap_rows"] == 10
     assert_same_run(ref, run)
 
 
@@ -125,7 +105,7 @@ def test_an_edited_row_is_said_and_skipped(ref, tmp_path, capsys):
 def test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False)
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["env_drift"] == {"threads": [1, 2]} and not seg["env_waived"]
     assert seg["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3, "keys": ["threads"]}
     assert_same_run(ref, run)
@@ -135,14 +115,14 @@ def test_two_threads_back_to_one_is_verified_too(ref, tmp_path):
     run = tmp_path / "run"
     fit(dataclasses.replace(CFG, steps=20, threads=2), run, progress=False)
     fit(CFG, run, resume=True, progress=False)
-    assert _lineage(run)["env_verified"]["keys"] == ["threads"]
+    assert read_lineage(run)[-1]["env_verified"]["keys"] == ["threads"]
     assert_same_run(ref, run)
 
 
 def test_an_unverifiable_change_is_refused_saying_why_and_the_waiver_is_recorded(ref, tmp_path):
     two = dataclasses.replace(CFG, threads=2)
     run = stopped_at(ref, tmp_path / "run", 20)
-    _rewrite(RunPaths(run).ckpt_dir / "step_000020.dmck", evidence=None)
+    rewrite_ckpt(RunPaths(run).ckpt_dir / "step_000020.dmck", evidence=None)
     with pytest.raises(UnverifiableError, match="carries no evidence"):
         fit(two, run, resume=True, progress=False)
     run2 = stopped_at(ref, tmp_path / "run2", 20)
@@ -152,7 +132,7 @@ def test_an_unverifiable_change_is_refused_saying_why_and_the_waiver_is_recorded
     with pytest.raises(UnverifiableError, match="step_000010.dmck is no longer in"):
         fit(two, run2, resume=True, progress=False)
     fit(two, run, resume=True, allow_env_drift=True, progress=False)
-    seg = _lineage(run)
+    seg = read_lineage(run)[-1]
     assert seg["env_waived"] and seg["env_verified"] is None
 
 
@@ -161,7 +141,7 @@ def test_a_replay_that_differs_is_refused_naming_the_step(ref, tmp_path):
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(p).evidence
     ev["fingerprints"][0][1] = "00000000000000ee"  # step 14's: as if this environment computed other bits
-    _rewrite(p, evidence=ev)
+    rewrite_ckpt(p, evidence=ev)
     with pytest.raises(EnvDriftError, match=r"(?s)threads: 1 -> 2.*step 14: fingerprint 00000000000000ee recorded"):
         fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False)
     assert not (RunPaths(run).ckpt_dir / "step_000030.dmck").exists()
@@ -170,7 +150,7 @@ def test_a_replay_that_differs_is_refused_naming_the_step(ref, tmp_path):
 def test_a_changed_definition_is_refused_plainly(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
-    _rewrite(p, env={**load_ckpt(p).env, "def_fingerprint": 0})
+    rewrite_ckpt(p, env={**load_ckpt(p).env, "def_fingerprint": 0})
     with pytest.raises(EnvDriftError, match="def_fingerprint v0 -> v1.*cannot be verified"):
         fit(CFG, run, resume=True, progress=False)
 
@@ -201,7 +181,7 @@ def test_a_thread_change_is_verified_for_each_feature_set(name, tmp_path):
     fit(cfg, tmp_path / "ref", progress=False)
     run = stopped_at(tmp_path / "ref", tmp_path / "run", 8)
     df = fit(dataclasses.replace(cfg, threads=2), run, resume=True, progress=False)
-    assert _lineage(run)["env_verified"]["from_step"] == 4 and df.attrs["overlap_compared"] == 4
+    assert read_lineage(run)[-1]["env_verified"]["from_step"] == 4 and df.attrs["overlap_compared"] == 4
     assert_same_run(tmp_path / "ref", run)
     if cfg.jepa_targets:  # the aux objective ran, on the targets, with no teacher in any checkpoint
         assert all(r["jepa"] > 0 for r in read_jsonl(RunPaths(run).metrics))
@@ -216,7 +196,7 @@ def test_the_default_model_resumed_on_another_thread_count_is_verified(threads, 
     fit(cfg, tmp_path / "ref", progress=False)
     run = stopped_at(tmp_path / "ref", tmp_path / "run", 3)
     fit(dataclasses.replace(cfg, threads=threads[1]), run, resume=True, progress=False)
-    assert _lineage(run)["env_verified"] == {"from_step": 0, "to_step": 3, "losses": 3, "fingerprints": 4,
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 0, "to_step": 3, "losses": 3, "fingerprints": 4,
                                              "keys": ["threads"]}
     assert_same_run(tmp_path / "ref", run)
 
@@ -232,7 +212,7 @@ def test_the_default_model_with_every_feature_is_verified_across_threads(feature
     fit(cfg, tmp_path / "ref", progress=False)
     run = stopped_at(tmp_path / "ref", tmp_path / "run", 3)
     fit(dataclasses.replace(cfg, threads=2), run, resume=True, progress=False)
-    assert _lineage(run)["env_verified"]["keys"] == ["threads"]
+    assert read_lineage(run)[-1]["env_verified"]["keys"] == ["threads"]
     assert_same_run(tmp_path / "ref", run)
 
 
@@ -260,7 +240,7 @@ def test_dormouse_verify_names_the_first_differing_step(ref, tmp_path):
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(p).evidence
     ev["losses"][3] = ev["losses"][3] + 1.0
-    _rewrite(p, evidence=ev)
+    rewrite_ckpt(p, evidence=ev)
     before = _listing(run)
     r = _verify_cli(run, "--interval", 20)
     assert r.returncode == 1 and "steps 10-19: DIFFERS: step 13: loss" in r.stdout, r.stdout + r.stderr
@@ -274,13 +254,13 @@ def test_dormouse_verify_bad_input_is_one_line(ref, tmp_path):
     bad = RunPaths(run).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(bad).evidence
     ev["fingerprints"] = ev["fingerprints"][:-1]  # no longer ends at its checkpoint's step: torn
-    _rewrite(bad, evidence=ev)
+    rewrite_ckpt(bad, evidence=ev)
     r = _verify_cli(run)
     assert r.returncode == 3, r.stdout + r.stderr  # what can be verified is, the rest is said: not verified
     assert "step_000020.dmck: not verifiable: its fingerprints are not at increasing steps" in r.stdout
     assert "steps 0-9: reproduced" in r.stdout and "steps 20-29: not verifiable" not in r.stdout
     for p in RunPaths(run).checkpoints():
-        _rewrite(p, evidence=None)
+        rewrite_ckpt(p, evidence=None)
     r = _verify_cli(run)
     assert r.returncode == 3 and "nothing in" in r.stderr and "carries no evidence" in r.stderr, r.stderr
     assert len(r.stderr.splitlines()) == 1
@@ -302,7 +282,7 @@ def test_bf16_across_a_thread_change_is_refused_naming_the_first_step(tmp_path):
     p = RunPaths(tmp_path / "run").ckpt_dir / "step_000003.dmck"
     ev = load_ckpt(p).evidence
     ev["losses"][0] = ev["losses"][0] + 1.0
-    _rewrite(p, evidence=ev)
+    rewrite_ckpt(p, evidence=ev)
     before = [f for f in _listing(tmp_path / "run") if f[0] != "run.lock"]  # the lock's note names its writer
     with pytest.raises(EnvDriftError, match=r"(?s)threads: 1 -> 2.*does not reproduce the run: step 0: loss "
                        r"[0-9.]+ recorded, [0-9.]+ replayed.*bf16 autocast runs kernels that are not MKL's"):
