@@ -113,7 +113,6 @@ def rewrite_ckpt(path, **changes) -> None:
         setattr(ck, k, v)
     save_ckpt(path, ck)
 
-
 # %% ../nbs/23_testing.ipynb #6e6ce231
 def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)

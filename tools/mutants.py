@@ -1237,6 +1237,12 @@ MUTANTS = [
         [BASELINES_NB],
     ),
     Mutant(
+        "ppmd_variant_i_restarts",
+        "PPMd variant I restarts its model when its memory fills: given 30 MB of training text, the anchor forgets it",
+        [edit("baselines.py", ", restore_method=pyppmd.PPMD8_RESTORE_METHOD_CUT_OFF)", ")")],
+        [BASELINES_NB],
+    ),
+    Mutant(
         "ppmd_worst_order",
         "PPMd's figure is its worst order, not its best: the anchor is made weaker than a reader would pick",
         [edit("baselines.py", "if key not in bits or b < bits[key]:", "if key not in bits or b > bits[key]:")],
