@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from .data import Corpus, corpus_codes, text_codes, unit_starts
 from .heldout import HeldSample, score_sample
 from .match import MATCH_NONE, stream_codes
+from .mix import Mix
 from .numerics import numeric_scope
 
 # %% auto #0
@@ -193,30 +194,33 @@ class Score:
     adapt: Adapt | None  # how the model adapted (None: static, the run's weights)
     unit_bits: tuple  # total bits of each unit, in the sample's order
     train: bool = False  # the match codes also read the training text (`match.train_codes`)
+    mix: Mix | None = None  # the model's p of each byte mixed with a count model's (`dormouse.mix`); None: the model's
 
     def context(self) -> str:
         "What each byte's prediction reads, in words."
         where = "in its unit before it" + (", else in the training text" if self.train else "")
         codes = (f"; its match codes name the byte after the last earlier occurrence of the "
                  f"{', '.join(map(str, self.orders))} bytes before it {where}" if self.orders else "")
+        counts = (f"; mixed with a count model of orders 1 to {self.mix.orders} over the training text and its unit "
+                  "before it" if self.mix else "")
         return (f"each byte predicted from the start byte and up to {self.window} bytes of its unit before it "
-                f"(windows of {self.window} every {self.stride}){codes}")
+                f"(windows of {self.window} every {self.stride}){codes}{counts}")
 
     def __str__(self) -> str:
         se = "no sampling error: every unit scored" if self.se == 0 else f"standard error {self.se:.4f}"
-        how = "static" if self.adapt is None else "adapting as it reads"
+        how = ("static" if self.adapt is None else "adapting as it reads") + (", mixed with counts" if self.mix else "")
         return (f"{self.bits_per_byte:.3f} bits/byte ({how}; {se}, {self.se_files:.3f} across files) on "
                 f"{self.sample}; {self.context()}, depth {self.depth}")
 
 def make_score(bits: list, units: list[bytes], sample, n_units: int, window: int, stride: int, depth: int,
-               orders=(), adapt: Adapt | None = None, train: bool = False) -> Score:
+               orders=(), adapt: Adapt | None = None, train: bool = False, mix: Mix | None = None) -> Score:
     "A `Score` from every byte's bits: the units' totals, the figure, its standard errors, the bytes' sha256."
     per_unit, nbytes, h = tuple(math.fsum(b) for b in bits), sum(len(u) for u in units), hashlib.sha256()
     for u in units:
         h.update(u)
     sizes = [len(u) for u in units]
     return Score(math.fsum(per_unit) / nbytes, ratio_se(per_unit, sizes, n_units), ratio_se(per_unit, sizes, math.inf),
-                 nbytes, h.hexdigest(), sample, window, stride, depth, tuple(orders), adapt, per_unit, train)
+                 nbytes, h.hexdigest(), sample, window, stride, depth, tuple(orders), adapt, per_unit, train, mix)
 
 def score(model,  # a `DormouseModel`
           tables,  # its `NgramTables`, or None

@@ -11,6 +11,7 @@ from .config import ConfigError, TrainCfg
 from .data import Corpus, CorpusError
 from .heldout import (OUTSIDE_BYTES, SHARED_BYTES, near_copies, outside_sample, score_bytes, score_sample,
                               shared_bytes)
+from .mix import MIX, Mix, count_model, mixed_bits
 from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score
 
 # %% auto #0
@@ -33,13 +34,21 @@ class Scorecard:
     outside_base: Baselines | None  # the compressors on those bytes
     inloop: float | None  # the last in-loop eval at the scored depth: bits/byte over cold windows
     inloop_windows: int  # how many cold windows it averages
+    mixed: Score | None = None  # the static score mixed with the count model (`dormouse.mix`); None: not mixed
+    mixed_adaptive: Score | None = None  # the adaptive score mixed with it
+    without_near_mixed: Score | None = None  # the headline's way of scoring, without the near-copies
+    outside_mixed: Score | None = None  # the outside sample's static score mixed with the count model
+
+    def headline(self) -> Score:
+        "The figure the report leads with: mixed with counts and adapting where it was scored, else the closest."
+        return next(s for s in (self.mixed_adaptive, self.mixed, self.adaptive, self.held) if s is not None)
 
     def gap(self) -> tuple[str, float, bool] | None:
-        "(strongest compressor, model's static bits/byte minus its, given the training text) or None without any."
+        "(strongest compressor, the headline's bits/byte minus its, given the training text) or None without any."
         for given in (True, False):
             name = self.base.strongest(given)
             if name is not None:
-                return name, self.held.bits_per_byte - self.base.bits[name + (" +train" if given else "")], given
+                return name, self.headline().bits_per_byte - self.base.bits[name + (" +train" if given else "")], given
         return None
 
     def __str__(self) -> str:
@@ -56,6 +65,10 @@ def _name(base: Baselines, name: str, given: bool) -> str:
     order = base.ppmd_order.get(name + (" +train" if given else ""))
     return f"{name} variant {order[0]} order {order[1:]}" if order else name
 
+def _how(s: Score) -> str:
+    "How a figure was scored, in the report's words."
+    return ("static" if s.adapt is None else "adapting") + (", mixed with counts" if s.mix else "")
+
 def report_lines(sc: Scorecard) -> list[str]:
     "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
     h, b = sc.held, sc.base
@@ -65,6 +78,11 @@ def report_lines(sc: Scorecard) -> list[str]:
         out.append(f"  {sc.adaptive.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and head) "
                    f"trains on each file's bytes once they are scored, an Adam step per {a.windows} windows at lr "
                    f"{a.lr:g}; the run itself is not changed")
+    if sc.mixed is not None:
+        mix = f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting" if sc.mixed_adaptive is not None else ""
+        out.append(f"  {sc.mixed.bits_per_byte:.3f} static{mix}, mixed with counts: each byte's p mixed with a count "
+                   f"model of orders 1 to {sc.mixed.mix.orders} over the training text and its file before it, "
+                   "weighted by how much the counts have seen (`dormouse.mix`, fitted on the dev split)")
     gap = sc.gap()
     if gap is None:
         out.append("  no compressor figure for these bytes")
@@ -72,7 +90,7 @@ def report_lines(sc: Scorecard) -> list[str]:
         name, d, given = gap
         how = "given the same training text first" if given else "alone (none has a figure given the training text)"
         out.append(f"  the strongest compressor {how}: {_name(b, name, given)} "
-                   f"{_fig(b, name + (' +train' if given else ''))}; the model "
+                   f"{_fig(b, name + (' +train' if given else ''))}; the model ({_how(sc.headline())}) "
                    f"{'beats' if d < 0 else 'trails'} it by {abs(d):.3f} bits/byte")
     out.append(f"  {h.context()}; standard error across files {h.se_files:.3f}"
                + ("" if h.se == 0 else f", as an estimate of the whole held-out split {h.se:.3f}"))
@@ -82,6 +100,10 @@ def report_lines(sc: Scorecard) -> list[str]:
     model = f"{h.bits_per_byte:.3f} static" + ("" if sc.adaptive is None else
                                               f", {sc.adaptive.bits_per_byte:.3f} adapting")
     out.append(f"    {'the model':18s} {'':15s} {model} (it learned from that text)")
+    if sc.mixed is not None:
+        mixed = f"{sc.mixed.bits_per_byte:.3f} static" + ("" if sc.mixed_adaptive is None else
+                                                         f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting")
+        out.append(f"    {'mixed with counts':18s} {'':15s} {mixed} (counts of that text and of the file so far)")
     on, rest = sc.shared_bpb
     out.append(f"  {sc.shared:.1%} of these bytes lie in {SHARED_BYTES}-byte strings the training text also holds"
                + ("" if on is None else f": the model scores {on:.3f} bits/byte on them")
@@ -92,13 +114,17 @@ def report_lines(sc: Scorecard) -> list[str]:
         comp = "" if strongest is None else \
             f", {_name(wb, strongest, True)} given the training text {_fig(wb, strongest + ' +train')}"
         out.append(f"  {len(sc.near)} of the held-out files are near-copies of training text ({sc.near_bytes:,} bytes, "
-                   f"e.g. {sc.near[0]}); without them the model scores {w.bits_per_byte:.3f}{comp}")
+                   f"e.g. {sc.near[0]}); without them the model scores {w.bits_per_byte:.3f} static"
+                   + ("" if sc.without_near_mixed is None else
+                      f" ({sc.without_near_mixed.bits_per_byte:.3f} {_how(sc.without_near_mixed)})") + comp)
     if sc.outside is not None:
         o, ob = sc.outside, sc.outside_base
         alone = ", ".join(f"{n} {_fig(ob, n)}" for n in COMPRESSORS if n in ob.bits)
         given = ", ".join(f"{n} {_fig(ob, n + ' +train')}" for n in COMPRESSORS if n + " +train" in ob.bits)
-        out.append(f"  text the model never saw, {o.sample}: the model {o.bits_per_byte:.3f} (standard error across "
-                   f"files {o.se_files:.3f}); alone: {alone}" + (f"; given the training text: {given}" * bool(given)))
+        mixed = "" if sc.outside_mixed is None else f", mixed with counts {sc.outside_mixed.bits_per_byte:.3f}"
+        out.append(f"  text the model never saw, {o.sample}: the model {o.bits_per_byte:.3f}{mixed} (standard error "
+                   f"across files {o.se_files:.3f}); alone: {alone}"
+                   + (f"; given the training text: {given}" * bool(given)))
     if sc.inloop is not None:
         out.append(f"  the in-loop eval, {sc.inloop_windows} cold {h.window}-byte windows (no context before each): "
                    f"{sc.inloop:.3f}")
@@ -127,8 +153,9 @@ def final_score(model,  # the run's `DormouseModel`
                 cfg: TrainCfg,  # the run's plan: window (seq_len), depth, match orders, the in-loop eval's size
                 inloop: float | None = None,  # the last in-loop eval at `cfg.model.depth` (bits/byte, cold windows)
                 adapt: Adapt | None = ADAPT,  # None: the static figure only
+                mix: Mix | None = MIX,  # None: the model's figures only, not mixed with counts
                ) -> Scorecard:
-    "The final held-out score: the model static and adapting, beside every compressor on the same bytes."
+    "The final held-out score: the model static and adapting, alone and mixed, beside every compressor on its bytes."
     window, depth, orders, stride = cfg.seq_len, cfg.model.depth, cfg.model.match_orders, max(1, cfg.seq_len // 2)
     train = bool(orders) and cfg.model.match_train
     sample = score_sample(corpus)
@@ -148,6 +175,21 @@ def final_score(model,  # the run's `DormouseModel`
     texts = list(outside.texts)
     o_bits = byte_bits(model, tables, texts, window, stride, depth, codes_for(corpus, texts, orders, train)) \
         if texts else None
+    mixed = [None] * 4
+    if mix is not None:  # one count model for the held-out sample and the outside sample: one pass over the text
+        counted = count_model(np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8), units + texts, mix)
+        cut = sum(len(u) for u in units)
+        held_c, out_c = tuple(x[:cut] for x in counted), tuple(x[cut:] for x in counted)
+        mixed[0] = make_score(mixed_bits(static, held_c, mix), units, sample, sample.n_units, mix=mix, **how)
+        if adaptive is not None:
+            mixed[1] = make_score(mixed_bits(adaptive, held_c, mix), units, sample, sample.n_units, adapt=adapt,
+                                  mix=mix, **how)
+        best = mixed_bits(static if adaptive is None else adaptive, held_c, mix)
+        mixed[2] = make_score([best[i] for i in keep], [units[i] for i in keep], f"{len(keep)} held-out files",
+                              len(keep), adapt=None if adaptive is None else adapt, mix=mix, **how) \
+            if without is not None else None
+        mixed[3] = make_score(mixed_bits(o_bits, out_c, mix), texts, outside, 10 ** 18, mix=mix, **how) \
+            if texts else None
     return Scorecard(
         held, None if adaptive is None else make_score(adaptive, units, sample, sample.n_units, adapt=adapt, **how),
         compressor_baselines(corpus), float(on.mean()) if len(on) else 0.0,
@@ -156,7 +198,7 @@ def final_score(model,  # the run's `DormouseModel`
         without, None if without is None else stream_baselines(corpus, b"".join(units[i] for i in keep)),
         None if o_bits is None else make_score(o_bits, texts, outside, 10 ** 18, **how),
         None if o_bits is None else stream_baselines(corpus, outside.stream()),
-        inloop, cfg.eval_batches * cfg.batch)
+        inloop, cfg.eval_batches * cfg.batch, *mixed)
 
 # %% ../nbs/18c_scorecard.ipynb #sc000012
 def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
