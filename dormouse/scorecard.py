@@ -71,18 +71,19 @@ def _how(s: Score) -> str:
 
 def report_lines(sc: Scorecard) -> list[str]:
     "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
-    h, b = sc.held, sc.base
-    out = [f"held-out score: {h.bits_per_byte:.3f} bits/byte, the run's weights (static), on {h.sample}"]
-    if sc.adaptive is not None:
-        a = sc.adaptive.adapt
-        out.append(f"  {sc.adaptive.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and head) "
-                   f"trains on each file's bytes once they are scored, an Adam step per {a.windows} windows at lr "
-                   f"{a.lr:g}; the run itself is not changed")
+    h, b, top = sc.held, sc.base, sc.headline()
+    out = [f"held-out score: {top.bits_per_byte:.3f} bits/byte ({_how(top)}), on {h.sample}"]
     if sc.mixed is not None:
         mix = f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting" if sc.mixed_adaptive is not None else ""
-        out.append(f"  {sc.mixed.bits_per_byte:.3f} static{mix}, mixed with counts: each byte's p mixed with a count "
+        out.append(f"  mixed with counts: {sc.mixed.bits_per_byte:.3f} static{mix}; each byte's p mixed with a count "
                    f"model of orders 1 to {sc.mixed.mix.orders} over the training text and its file before it, "
                    "weighted by how much the counts have seen (`dormouse.mix`, fitted on the dev split)")
+    out.append(f"  the model alone: {h.bits_per_byte:.3f} static, the run's weights")
+    if sc.adaptive is not None:
+        a = sc.adaptive.adapt
+        out[-1] += (f"; {sc.adaptive.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and "
+                    f"head) trains on each file's bytes once they are scored, an Adam step per {a.windows} windows "
+                    f"at lr {a.lr:g}; the run itself is not changed")
     gap = sc.gap()
     if gap is None:
         out.append("  no compressor figure for these bytes")
@@ -94,16 +95,16 @@ def report_lines(sc: Scorecard) -> list[str]:
                    f"{'beats' if d < 0 else 'trails'} it by {abs(d):.3f} bits/byte")
     out.append(f"  {h.context()}; standard error across files {h.se_files:.3f}"
                + ("" if h.se == 0 else f", as an estimate of the whole held-out split {h.se:.3f}"))
-    out.append(f"  on the same bytes {'':9s} alone           given the {b.prefix_bytes:,} bytes of training text first")
+    out.append(f"  on the same bytes {'':9s} {'alone':17s} given the {b.prefix_bytes:,} bytes of training text first")
     for name in COMPRESSORS:
-        out.append(f"    {name:18s} {_fig(b, name):15s} {_fig(b, name + ' +train')}")
+        out.append(f"    {name:18s} {_fig(b, name):17s} {_fig(b, name + ' +train')}")
     model = f"{h.bits_per_byte:.3f} static" + ("" if sc.adaptive is None else
                                               f", {sc.adaptive.bits_per_byte:.3f} adapting")
-    out.append(f"    {'the model':18s} {'':15s} {model} (it learned from that text)")
+    out.append(f"    {'the model':18s} {'':17s} {model} (it learned from that text)")
     if sc.mixed is not None:
         mixed = f"{sc.mixed.bits_per_byte:.3f} static" + ("" if sc.mixed_adaptive is None else
                                                          f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting")
-        out.append(f"    {'mixed with counts':18s} {'':15s} {mixed} (counts of that text and of the file so far)")
+        out.append(f"    {'mixed with counts':18s} {'':17s} {mixed} (counts of that text and of the file so far)")
     on, rest = sc.shared_bpb
     out.append(f"  {sc.shared:.1%} of these bytes lie in {SHARED_BYTES}-byte strings the training text also holds"
                + ("" if on is None else f": the model scores {on:.3f} bits/byte on them")
@@ -212,7 +213,8 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
             return None, ""  # no eval asked for, or DORMOUSE_SCORE_BYTES=0: no final score
         col = f"eval_cold_bpb_d{cfg.model.depth}"
         inloop = float(rows[col].dropna().iloc[-1]) if col in rows and rows[col].notna().any() else None
-        log(f"scoring the held-out sample like a compressor, static and adapting ({cfg.seq_len}-byte windows) ...")
+        log(f"scoring the held-out sample like a compressor, static and adapting ({cfg.seq_len}-byte windows), "
+            "alone and mixed with counts ...")
         return final_score(model, tables, corpus, cfg, inloop), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"

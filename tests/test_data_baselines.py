@@ -56,7 +56,9 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     assert main(["train", "--config", str(cfg), "--run-dir", str(root / "r"), "--quiet"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("held-out score: "))
-    printed = re.match(r"held-out score: (\d+\.\d+) bits/byte, the run's weights \(static\), on ", line).group(1)
+    assert re.match(r"held-out score: \d+\.\d+ bits/byte \(adapting, mixed with counts\), on ", line)
+    alone = next(ln for ln in out.splitlines() if ln.startswith("  the model alone: "))
+    printed = re.match(r"  the model alone: (\d+\.\d+) static, the run's weights", alone).group(1)
     corpus = load_corpus(text, 0.05, 32)
     im = load_model_weights(RunPaths(root / "r").checkpoints()[-1], quant="stored")
     sc = score(im.model, im.tables, corpus, 32, 2)  # the final checkpoint, scored again: what fit scored in memory
@@ -64,7 +66,7 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     base = compressor_baselines(corpus)
     assert (base.sha256, base.nbytes) == (sc.sha256, sc.nbytes)  # exactly the scored bytes
     lines = out.splitlines()
-    assert lines[lines.index(line) + 2].startswith("  the strongest compressor ")  # the gap, first
+    assert lines[lines.index(line) + 3].startswith("  the strongest compressor ")  # the gap, first
     for name in QUICK:
         assert any(ln.startswith(f"    {name:18s} {base.bits[name]:.3f}") for ln in lines)
     last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_cold_bpb_d2" in r][-1]

@@ -2,7 +2,8 @@
 real files (the standard library's `email` package as a corpus), changing byte m of a held-out file leaves every
 prediction up to and including byte m's unchanged, bit for bit, for the static score and the adaptive one; the same
 holds for a training batch (its codes, its n-gram features, the model's logits); and no held-out byte is ever read by a
-training step, nor moves the tables or the model when it is scored.
+training step, nor moves the tables or the model when it is scored. The score mixed with the count model
+(`dormouse.mix`) reads only the past too: the counts of the training text and of the file before each byte.
 
 Each check also asserts that the change it makes is seen later on: a test that compared nothing would pass anything.
 """
@@ -18,6 +19,7 @@ from dormouse.data import corpus_for, stdlib_root
 from dormouse.heldout import held_units, score_sample
 from dormouse.parts import build_parts, state_fingerprint
 from dormouse.match import MATCH_NONE
+from dormouse.mix import MIX, count_model, mixed_bits
 from dormouse.score import START_BYTE, SCORE_TOKENS, adaptive_bits, byte_bits, codes_for, score, windows
 from dormouse.step import evaluate, pre_batches, run_probes, train_step
 from dormouse.testing import tiny_cfg
@@ -212,3 +214,27 @@ def test_each_unit_is_read_from_the_start_byte_alone(trained):
     again = byte_bits(parts.model, parts.tables, [both], CFG.seq_len, STRIDE, CFG.model.depth, _codes(corpus, both))
     assert again[0][0] == byte_bits(parts.model, parts.tables, [units[1]], CFG.seq_len, STRIDE, CFG.model.depth,
                                     _codes(corpus, units[1]))[0][0] and START_BYTE == 10
+
+
+def test_the_mixed_score_reads_only_the_past_with_the_real_counts(trained):
+    "The scorecard's mix: the real model's bits of real held-out files mixed with counts of the real training text."
+    parts, corpus, units = trained
+    train = np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8)
+    depth = CFG.model.depth
+    for unit in units[:2]:
+        bits = byte_bits(parts.model, parts.tables, [unit], CFG.seq_len, STRIDE, depth, _codes(corpus, unit))
+        base = mixed_bits(bits, count_model(train, [unit], MIX), MIX)[0]
+        assert base.mean() < bits[0].mean()  # the counts carry something the model lacks
+        moved = 0
+        for m in _positions(unit):
+            other = _changed(unit, m)
+            bits2 = byte_bits(parts.model, parts.tables, [other], CFG.seq_len, STRIDE, depth, _codes(corpus, other))
+            counted = count_model(train, [other], MIX)
+            mixed = mixed_bits(bits2, counted, MIX)[0]
+            assert np.array_equal(mixed[:m], base[:m]), f"byte {m} changed the mixed bits of an earlier byte"
+            moved += not np.array_equal(mixed[m + 1:], base[m + 1:])
+        assert moved == len(_positions(unit))
+    # a unit's counts read its own past and the training text, never another held-out unit
+    alone = count_model(train, units[:1], MIX)
+    beside = count_model(train, [units[0], _changed(units[1], 5)], MIX)
+    assert all(np.array_equal(a, b[:len(units[0])]) for a, b in zip(alone, beside))

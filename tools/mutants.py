@@ -73,6 +73,7 @@ RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
 SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
+MIX_NB = "nbs/18bm_mix.ipynb"  # the mix chapter: the counts by hand, a distribution, causal
 DATA_NB = "nbs/03_data.ipynb"  # the data chapter: batches, match codes and their cache
 HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
 BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
@@ -1196,6 +1197,31 @@ MUTANTS = [
         "the score feeds each position the match codes of the next one: they read the byte being predicted",
         [edit("score.py", "c = codes[u][start:start + window]", "c = codes[u][start + 1:start + window + 1]")],
         [f"{CAUSAL}::test_the_score_reads_only_the_past_with_the_real_model_and_real_codes"],
+    ),
+    Mutant(
+        "mix_context_reads_the_byte",
+        "the count model's context is the k bytes ending at the byte it predicts, not before it: it reads the byte",
+        [edit("mix.py", "ctx = np.r_[np.uint64(0), hs[:-1]]", "ctx = hs")],
+        [MIX_NB],
+    ),
+    Mutant(
+        "mix_own_count_counts_the_byte",
+        "a byte's count in its unit's past includes the byte itself",
+        [edit("mix.py", "    rank[order] = at - start\n", "    rank[order] = at - start + 1\n")],
+        [MIX_NB],
+    ),
+    Mutant(
+        "mix_counts_shared_across_units",
+        "the units' own counts are pooled: a held-out file's counts read the held-out files scored beside it",
+        [edit("mix.py", "_keys(ctx ^ (unit.astype(np.uint64) * _UNIT), stream)", "_keys(ctx, stream)")],
+        [MIX_NB],
+    ),
+    Mutant(
+        "scorecard_mixes_the_adaptive_bits_as_static",
+        "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
+        [edit("scorecard.py", "mixed[0] = make_score(mixed_bits(static, held_c, mix)",
+              "mixed[0] = make_score(mixed_bits(adaptive or static, held_c, mix)")],
+        ["nbs/18c_scorecard.ipynb"],
     ),
     Mutant(
         "adaptive_trains_before_it_scores",
