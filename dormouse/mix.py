@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 import torch
+from .score import START_BYTE
 
 # %% auto #0
-__all__ = ['START_BYTE', 'N_BUCKETS', 'MIX', 'order_counts', 'Mix', 'chain_step', 'order0', 'buckets', 'count_model',
-           'mixed_bits']
+__all__ = ['N_BUCKETS', 'MIX', 'order_counts', 'Mix', 'chain_step', 'order0', 'buckets', 'count_model', 'mixed_bits']
 
 # %% ../nbs/18bm_mix.ipynb #mx000006
-START_BYTE = 10  # the byte each unit's stream starts with, as the score reads it (`score.START_BYTE`)
 _BASE = np.uint64(0x100000001B3)  # the context hash's base (FNV's 64-bit prime)
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)  # spreads a context hash over the key's 55 bits
 _UNIT = np.uint64(0xD6E8FEB86659FD93)  # mixes the unit's number into a context: units never share their counts

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from .data import Corpus, corpus_codes, text_codes, unit_starts
 from .heldout import HeldSample, score_sample
 from .match import MATCH_NONE, stream_codes
-from .mix import Mix
 from .numerics import numeric_scope
 
 # %% auto #0
@@ -194,7 +193,7 @@ class Score:
     adapt: Adapt | None  # how the model adapted (None: static, the run's weights)
     unit_bits: tuple  # total bits of each unit, in the sample's order
     train: bool = False  # the match codes also read the training text (`match.train_codes`)
-    mix: Mix | None = None  # the model's p of each byte mixed with a count model's (`dormouse.mix`); None: the model's
+    mix: object | None = None  # a `dormouse.mix.Mix`: the model's p mixed with a count model's; None: the model's own
 
     def context(self) -> str:
         "What each byte's prediction reads, in words."
@@ -213,7 +212,7 @@ class Score:
                 f"{self.sample}; {self.context()}, depth {self.depth}")
 
 def make_score(bits: list, units: list[bytes], sample, n_units: int, window: int, stride: int, depth: int,
-               orders=(), adapt: Adapt | None = None, train: bool = False, mix: Mix | None = None) -> Score:
+               orders=(), adapt: Adapt | None = None, train: bool = False, mix=None) -> Score:
     "A `Score` from every byte's bits: the units' totals, the figure, its standard errors, the bytes' sha256."
     per_unit, nbytes, h = tuple(math.fsum(b) for b in bits), sum(len(u) for u in units), hashlib.sha256()
     for u in units:
