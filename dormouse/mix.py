@@ -37,10 +37,16 @@ def _in_table(kinds: np.ndarray, at: np.ndarray, key: np.ndarray) -> tuple:
     "(count of each key, of all keys of its context, distinct bytes after its context) in the training text's table."
     if not len(kinds):
         return (np.zeros(len(key), dtype=np.int64),) * 3
+    order = np.argsort(key)  # the searches in the table's order: one walk through memory, not random jumps
+    key = key[order]
     ctx = (key >> 8) << 8
     j = np.minimum(np.searchsorted(kinds, key), len(kinds) - 1)
     a, b = np.searchsorted(kinds, ctx), np.searchsorted(kinds, ctx | 255, "right")
-    return np.where(kinds[j] == key, at[j + 1] - at[j], 0), at[b] - at[a], b - a
+    out = []
+    for x in (np.where(kinds[j] == key, at[j + 1] - at[j], 0), at[b] - at[a], b - a):
+        out.append(np.empty_like(x))
+        out[-1][order] = x
+    return tuple(out)
 
 def _before(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "How many equal keys come before each one, the stable sort's order, and where each one's run starts in it."
