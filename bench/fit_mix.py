@@ -9,8 +9,9 @@ checked: fitted on half the dev files and scored on the other half, and the roun
   python bench/score_levers.py train ref --steps 1800 --threads 2 --out dev.safetensors   # about 5 minutes
   python bench/fit_mix.py dev.safetensors --bits dev_bits.npz   # about 9 minutes: the bits, the counts, three fits
 
-Measured 2026-12-05 (81 dev files, 1,655,155 bytes): the model 0.9123 static, 0.8923 adapting; the count model alone
-1.2106; mixed 0.8217 static, 0.8101 adapting; fitted on half the files and scored on the other half 0.8226.
+Measured 2026-12-05 (81 dev files, 1,655,155 bytes; the model 0.9123 static, 0.8923 adapting), mixed static across
+the halves / on all of them / adapting on all of them: --orders 8: 0.8226 / 0.8217 / 0.8101; --orders 12: 0.8047 /
+0.8040 / 0.7930; --orders 16 (MIX): 0.7992 / 0.7984 / 0.7874.
 """
 import argparse, json, sys, time
 import numpy as np
