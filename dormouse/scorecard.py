@@ -4,6 +4,7 @@
 
 # %% ../nbs/18c_scorecard.ipynb #sc000004
 from __future__ import annotations
+import os
 import numpy as np
 from dataclasses import dataclass
 from .baselines import COMPRESSORS, Baselines, compressor_baselines, stream_baselines
@@ -215,7 +216,8 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
         inloop = float(rows[col].dropna().iloc[-1]) if col in rows and rows[col].notna().any() else None
         log(f"scoring the held-out sample like a compressor, static and adapting ({cfg.seq_len}-byte windows), "
             "alone and mixed with counts ...")
-        return final_score(model, tables, corpus, cfg, inloop), ""
+        mix = None if os.environ.get("DORMOUSE_SCORE_MIX", "").strip() == "0" else MIX  # 0: not mixed (faster)
+        return final_score(model, tables, corpus, cfg, inloop, mix=mix), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"
     except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score

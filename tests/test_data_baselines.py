@@ -43,6 +43,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("baselines")
     mp = pytest.MonkeyPatch()
     mp.setenv("DORMOUSE_CACHE", str(root / "cache"))  # a fresh cache: baselines computed here, for this corpus
+    mp.setenv("DORMOUSE_SCORE_MIX", "1")  # the report as a user gets it: mixed with counts
     text = root / "corpus.txt"
     text.write_bytes(b"".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n".encode() for i in range(3000)))
     cfg = root / "cfg.toml"
