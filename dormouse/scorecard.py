@@ -182,11 +182,11 @@ def final_score(model,  # the run's `DormouseModel`
         counted = count_model(np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8), units + texts, mix)
         cut = sum(len(u) for u in units)
         held_c, out_c = tuple(x[:cut] for x in counted), tuple(x[cut:] for x in counted)
-        mixed[0] = make_score(mixed_bits(static, held_c, mix), units, sample, sample.n_units, mix=mix, **how)
+        best = mixed_bits(static, held_c, mix)
+        mixed[0] = make_score(best, units, sample, sample.n_units, mix=mix, **how)
         if adaptive is not None:
-            mixed[1] = make_score(mixed_bits(adaptive, held_c, mix), units, sample, sample.n_units, adapt=adapt,
-                                  mix=mix, **how)
-        best = mixed_bits(static if adaptive is None else adaptive, held_c, mix)
+            best = mixed_bits(adaptive, held_c, mix)  # the headline's bits, mixed once and read twice
+            mixed[1] = make_score(best, units, sample, sample.n_units, adapt=adapt, mix=mix, **how)
         mixed[2] = make_score([best[i] for i in keep], [units[i] for i in keep], f"{len(keep)} held-out files",
                               len(keep), adapt=None if adaptive is None else adapt, mix=mix, **how) \
             if without is not None else None
@@ -214,9 +214,9 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
             return None, ""  # no eval asked for, or DORMOUSE_SCORE_BYTES=0: no final score
         col = f"eval_cold_bpb_d{cfg.model.depth}"
         inloop = float(rows[col].dropna().iloc[-1]) if col in rows and rows[col].notna().any() else None
-        log(f"scoring the held-out sample like a compressor, static and adapting ({cfg.seq_len}-byte windows), "
-            "alone and mixed with counts ...")
         mix = None if os.environ.get("DORMOUSE_SCORE_MIX", "").strip() == "0" else MIX  # 0: not mixed (faster)
+        log(f"scoring the held-out sample like a compressor, static and adapting ({cfg.seq_len}-byte windows)"
+            + (", alone and mixed with counts" if mix else "") + " ...")
         return final_score(model, tables, corpus, cfg, inloop, mix=mix), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"

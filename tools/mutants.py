@@ -1217,6 +1217,12 @@ MUTANTS = [
         [MIX_NB],
     ),
     Mutant(
+        "mix_weight_ignores_the_past",
+        "the mixing weight leaves out how much the unit's own past has seen: one weight for a context either way",
+        [edit("mix.py", " + np.asarray(mix.own_bias)[own])))", ")))")],
+        [MIX_NB],
+    ),
+    Mutant(
         "scorecard_mixes_the_adaptive_bits_as_static",
         "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
         [edit("scorecard.py", "mixed[0] = make_score(mixed_bits(static, held_c, mix)",
