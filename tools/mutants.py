@@ -1219,14 +1219,14 @@ MUTANTS = [
     Mutant(
         "mix_weight_ignores_the_past",
         "the mixing weight leaves out how much the unit's own past has seen: one weight for a context either way",
-        [edit("mix.py", " + np.asarray(mix.own_bias)[own])))", ")))")],
+        [edit("mix.py", " + np.asarray(mix.own_bias)[own])))\n    p = w", ")))\n    p = w")],
         [MIX_NB],
     ),
     Mutant(
         "scorecard_mixes_the_adaptive_bits_as_static",
         "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
-        [edit("scorecard.py", "mixed[0] = make_score(mixed_bits(static, held_c, mix)",
-              "mixed[0] = make_score(mixed_bits(adaptive or static, held_c, mix)")],
+        [edit("scorecard.py", "best = mixed_bits(static, held_c, mix)\n",
+              "best = mixed_bits(adaptive or static, held_c, mix)\n")],
         ["nbs/18c_scorecard.ipynb"],
     ),
     Mutant(
