@@ -27,6 +27,15 @@ def _longer(h: np.ndarray, raw: np.ndarray, k: int) -> np.ndarray:
     older[k - 1:] = raw[:len(raw) - k + 1].astype(np.uint64) + np.uint64(1)
     return h * _BASE + older
 
+def _asked(ctx: np.ndarray,  # context hashes of the training text
+           wanted: np.ndarray,  # the context hashes the units ask about
+           bits: int = 26,  # the bitmap's size: 2**bits flags
+          ) -> np.ndarray:
+    "Which of `ctx` may be `wanted`: a bitmap of their hashes, so a few false yeses and never a false no."
+    mark, shift = np.zeros(1 << bits, dtype=bool), np.uint64(64 - bits)
+    mark[(wanted * _SPREAD) >> shift] = True
+    return mark[(ctx * _SPREAD) >> shift]
+
 def _table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Each distinct key once, sorted, and where its run starts in the sorted keys (then their count)."
     keys = torch.sort(torch.from_numpy(keys)).values.numpy()
@@ -67,12 +76,17 @@ def order_counts(train: np.ndarray,  # uint8 training text: what every unit's co
     unit, first = np.repeat(np.arange(len(units)), sizes), np.repeat(np.cumsum(sizes) - sizes, sizes)
     pos = np.arange(len(stream))
     scored = pos > first  # the start byte is read, never scored
-    ht, hs = np.zeros(len(train), dtype=np.uint64), np.zeros(len(stream), dtype=np.uint64)
+    j, ct = np.arange(len(train)), np.zeros(len(train), dtype=np.uint64)  # training bytes, their contexts' hashes
+    hs = np.zeros(len(stream), dtype=np.uint64)
     for k in range(1, orders + 1):
-        ht, hs = _longer(ht, train, k), _longer(hs, stream, k)
-        kinds, at = _table(_keys(ht[k - 1:-1], train[k:]))  # every (context, next byte) of the training text
+        hs = _longer(hs, stream, k)
         ctx = np.r_[np.uint64(0), hs[:-1]]  # the hash of the k bytes before each position
         ok = (pos - k >= first) & scored  # all k of them in the unit's stream
+        j, ct = j[np.searchsorted(j, k):], ct[np.searchsorted(j, k):]  # j ascends: those with k bytes before them
+        ct = ct * _BASE + (train[j - k].astype(np.uint64) + np.uint64(1))  # as `_longer`: one byte further back
+        keep = _asked(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
+        j, ct = j[keep], ct[keep]
+        kinds, at = _table(_keys(ct, train[j]))  # each (context, next byte) of the training text a unit may ask
         key = _keys(ctx, stream)
         trained = _in_table(kinds, at, key)
         own_key = np.where(ok, _keys(ctx ^ (unit.astype(np.uint64) * _UNIT), stream), -1 - pos)
