@@ -42,6 +42,7 @@ def test_a_second_fit_from_another_thread_is_refused_and_changes_no_setting(tmp_
     real_pin = train_mod.pin_inputs
 
     def pin_and_wait(cfg):
+        assert not started.is_set(), "a second fit got past the one-run guard"  # fails at once, not after a wait
         started.set()
         assert release.wait(60)
         return real_pin(cfg)
