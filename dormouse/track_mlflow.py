@@ -49,10 +49,13 @@ def empty_store(dest: Path) -> None:
         if not made.exists():
             made.parent.mkdir(parents=True, exist_ok=True)
             part = made.with_name(f"{made.name}.{os.getpid()}.part")
-            client = MlflowClient(tracking_uri=f"sqlite:///{part.resolve()}")
-            client.search_experiments()  # makes the tables: MLflow's migrations, run once here
-            _dispose(client)
-            os.replace(part, made)
+            try:
+                client = MlflowClient(tracking_uri=f"sqlite:///{part.resolve()}")
+                client.search_experiments()  # makes the tables: MLflow's migrations, run once here
+                _dispose(client)
+                os.replace(part, made)
+            finally:
+                part.unlink(missing_ok=True)  # a store half made, whatever stopped it, is not left in the cache
         shutil.copyfile(made, dest)
     except OSError:
         dest.unlink(missing_ok=True)  # MLflow makes the store in the run directory itself

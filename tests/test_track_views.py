@@ -179,6 +179,23 @@ def test_the_trackers_open_before_the_first_step_and_are_fed_in_batches_on_a_nic
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == nice  # and the caller's thread as it was
 
 
+def test_a_store_whose_making_fails_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setattr(track_mlflow, "cache_dir", lambda: tmp_path / "cache")
+    real = MlflowClient.search_experiments
+
+    def made_then_fails(self, *a, **kw):  # the half-made store exists when MLflow fails
+        real(self, *a, **kw)
+        raise RuntimeError("MLflow failed after making the file")
+
+    monkeypatch.setattr(MlflowClient, "search_experiments", made_then_fails)
+    with pytest.raises(RuntimeError, match="after making the file"):
+        track_mlflow.empty_store(tmp_path / "mlflow.db")
+    assert list((tmp_path / "cache" / "mlflow").iterdir()) == []  # no .part, no store
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_a_new_mlflow_store_is_the_cached_empty_store(tmp_path, monkeypatch):
     monkeypatch.setattr(track_mlflow, "cache_dir", lambda: tmp_path / "cache")
     fit(tiny_cfg(steps=3), tmp_path / "a", progress=False, trackers="mlflow")
