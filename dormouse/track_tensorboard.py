@@ -39,12 +39,14 @@ class TensorBoardTracker:
     packages = ("tensorboard",)  # what `open` imports: refused before training starts when it is missing
 
     def __init__(self, logdir=None):  # where the event files go (None: the run directory's tensorboard/)
-        self.logdir, self.writer = logdir, None
+        self.logdir, self.writer, self.summary = logdir, None, None
 
     def open(self, run) -> None:
         "A writer for `run` (a `track.RunInfo`) whose purge step is the segment's first step; the plan at that step."
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        self.summary = Summary  # what `log` builds each row from: imported once, here, not on the feed at every row
         logdir = Path(self.logdir) if self.logdir else run.root / "tensorboard"
         logdir.mkdir(parents=True, exist_ok=True)
         after_existing(logdir)
@@ -56,9 +58,8 @@ class TensorBoardTracker:
 
     def log(self, step: int, values: dict) -> None:
         "The row at `step` as one event: a scalar per measurement (one write per row, not one per measurement)."
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]
-        self.writer.file_writer.add_summary(Summary(value=values), step)
+        values = [self.summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]
+        self.writer.file_writer.add_summary(self.summary(value=values), step)
 
     def mark(self, event: str, step: int, text: str) -> None:
         "The event as text under `events/<event>` at `step`."
