@@ -21,11 +21,15 @@ def _keys(ctx: np.ndarray, byte: np.ndarray) -> np.ndarray:
     "int64 keys that sort by context, then by the byte after it: 55 bits of the context's hash, then 8 of the byte."
     return ((((ctx * _SPREAD) >> np.uint64(9)) << np.uint64(8)) | byte.astype(np.uint64)).view(np.int64)
 
+def _back(h: np.ndarray, byte: np.ndarray) -> np.ndarray:
+    "The hash of a context one byte longer: `h` of the shorter one, `byte` the byte further back."
+    return h * _BASE + (byte.astype(np.uint64) + np.uint64(1))
+
 def _longer(h: np.ndarray, raw: np.ndarray, k: int) -> np.ndarray:
     "The hash of the k bytes ending at each position, from `h`, the hash of the k - 1 bytes ending there."
-    older = np.zeros(len(raw), dtype=np.uint64)
-    older[k - 1:] = raw[:len(raw) - k + 1].astype(np.uint64) + np.uint64(1)
-    return h * _BASE + older
+    out = h * _BASE  # a position with fewer than k bytes before it: no byte further back
+    out[k - 1:] = _back(h[k - 1:], raw[:len(raw) - k + 1])
+    return out
 
 def _asked(ctx: np.ndarray,  # context hashes of the training text
            wanted: np.ndarray,  # the context hashes the units ask about
@@ -83,7 +87,7 @@ def order_counts(train: np.ndarray,  # uint8 training text: what every unit's co
         ctx = np.r_[np.uint64(0), hs[:-1]]  # the hash of the k bytes before each position
         ok = (pos - k >= first) & scored  # all k of them in the unit's stream
         j, ct = j[np.searchsorted(j, k):], ct[np.searchsorted(j, k):]  # j ascends: those with k bytes before them
-        ct = ct * _BASE + (train[j - k].astype(np.uint64) + np.uint64(1))  # as `_longer`: one byte further back
+        ct = _back(ct, train[j - k])
         keep = _asked(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
         j, ct = j[keep], ct[keep]
         kinds, at = _table(_keys(ct, train[j]))  # each (context, next byte) of the training text a unit may ask
