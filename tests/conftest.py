@@ -21,7 +21,7 @@ from dormouse.testing import tiny_cfg
 from dormouse.train import fit
 
 os.environ.setdefault("DORMOUSE_SCORE_BYTES", str(32 << 10))
-os.environ.setdefault("DORMOUSE_SCORE_MIX", "0")  # the count mix sorts all the training text; tests needing it set 1
+os.environ.setdefault("DORMOUSE_SCORE_MIX", "0")  # the count mix reads all the training text; tests needing it set 1
 thread_invariant_mode()
 
 REF_CFG = tiny_cfg(steps=30, ckpt_every=10, log_every=5, keep_ckpts=10)  # the reference run's plan
