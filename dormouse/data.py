@@ -363,7 +363,7 @@ def text_codes(corpus: Corpus,  # the corpus whose training text the texts are r
         pass  # no entry: computed below
     starts = [s for s in unit_starts(corpus) if s < corpus.n_train] + list(corpus.n_train + np.cumsum([0] + sizes[:-1]))
     raw = np.frombuffer(bytes(corpus.data[:corpus.n_train]) + b"".join(texts), dtype=np.uint8)
-    codes = train_codes(raw, starts, corpus.n_train, orders)[corpus.n_train:].astype("<u2")
+    codes = train_codes(raw, starts, corpus.n_train, orders, after=corpus.n_train)[corpus.n_train:].astype("<u2")
     try:
         cache_write(bin_p, xxhash.xxh3_64_digest(codes.tobytes()) + codes.tobytes())
     except OSError:

@@ -81,10 +81,17 @@ def match_codes(raw: np.ndarray,  # uint8 bytes of one or more units, back to ba
 MATCH_TRAIN = MATCH_VOCAB  # from here on: a match found only in the training text (MATCH_TRAIN + the byte after it)
 MATCH_VOCAB_TRAIN = MATCH_TRAIN + 256  # codes per order of `train_codes`
 
+def _held(keys: np.ndarray, wanted: np.ndarray, bits: int = 26) -> np.ndarray:
+    "Which of `keys` may be among `wanted`: a bitmap of 2**bits flags, so a few false yeses and never a false no."
+    mark, shift = np.zeros(1 << bits, dtype=bool), np.uint64(64 - bits)
+    mark[(wanted * _UNIT) >> shift] = True
+    return mark[(keys * _UNIT) >> shift]
+
 def train_codes(raw: np.ndarray,  # uint8 bytes of the corpus: the training units, then the others
                 starts,  # each unit's first offset in `raw`, ascending (0 first)
                 n_train: int,  # bytes [0, n_train) are the training text, whole units
                 orders: list[int],  # from MATCH_ORDERS, ascending
+                after: int = 0,  # only positions from here on are coded (before it: MATCH_NONE), and faster
                ) -> np.ndarray:
     "uint16 codes [len(raw), len(orders)]: the unit's own last occurrence, else the training text's before the unit."
     _check_orders(orders)
@@ -93,25 +100,30 @@ def train_codes(raw: np.ndarray,  # uint8 bytes of the corpus: the training unit
     if n < 2 or not orders:
         return out
     uid, first = _units(n, starts)
-    pos, at = np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    pos = np.arange(n, dtype=np.int64)
+    edge = pos.astype(np.uint64) * _EDGE  # the key of a string that leaves its unit: its own, it matches nothing
+    nxt = np.r_[raw[1:], np.uint8(0)]  # the byte after each position (the last one's is never read)
     h, k = raw.astype(np.uint64) + np.uint64(1), 1
     for oi, order in enumerate(orders):
         while k < order:
             h, k = _doubled(h, k), 2 * k
-        inside = pos - (k - 1) >= first
-        key = np.where(inside, h, pos.astype(np.uint64) * _EDGE)  # a string that leaves its unit matches nothing
-        srt = torch.sort(torch.from_numpy(key.view(np.int64)), stable=True)
-        o, v = srt.indices.numpy(), srt.values.numpy()
-        same = np.zeros(n, dtype=bool)
+        key = np.where(pos - (k - 1) >= first, h, edge)
+        took = pos if not after else np.flatnonzero(np.r_[_held(key[:after], key[after:]), np.ones(n - after, bool)])
+        srt = torch.sort(torch.from_numpy(key[took].view(np.int64)), stable=True)
+        o, v = took[srt.indices.numpy()], srt.values.numpy()  # positions in the order of their strings
+        at = np.arange(len(o))
+        same = np.zeros(len(o), dtype=bool)
         same[1:] = v[1:] == v[:-1]  # the previous in the order is the last earlier occurrence of the same string
         start = np.maximum.accumulate(np.where(same, 0, at))  # where each string's run of the order starts
         src = np.maximum.accumulate(np.where(o < n_train - 1, at, -1))  # the last training source so far
         prev_src = np.concatenate([[-1], src[:-1]])
-        own = same & (uid[o[np.maximum(at - 1, 0)]] == uid[o])
+        u, after_o = uid[o], nxt[o]  # each one's unit and the byte after it, in the order
+        own = same.copy()
+        own[1:] &= u[1:] == u[:-1]  # ... and in the same unit
         old = ~own & (prev_src >= start)
-        code = np.full(n, MATCH_NONE, dtype=np.int64)
-        code[own] = raw[o[at[own] - 1] + 1]
-        code[old] = MATCH_TRAIN + raw[o[prev_src[old]] + 1].astype(np.int64)
+        code = np.full(len(o), MATCH_NONE, dtype=np.int64)
+        code[1:][own[1:]] = after_o[:-1][own[1:]]
+        code[old] = MATCH_TRAIN + after_o[prev_src[old]].astype(np.int64)
         out[o, oi] = code
     return out
 
