@@ -10,7 +10,7 @@ import torch
 from .score import START_BYTE
 
 # %% auto #0
-__all__ = ['N_BUCKETS', 'MIX', 'order_counts', 'Mix', 'chain_step', 'order0', 'buckets', 'count_model', 'mixed_bits']
+__all__ = ['EXACT', 'N_BUCKETS', 'MIX', 'order_counts', 'Mix', 'chain_step', 'order0', 'buckets', 'count_model', 'mixed_bits']
 
 # %% ../nbs/18bm_mix.ipynb #mx000006
 _BASE = np.uint64(0x100000001B3)  # the context hash's base (FNV's 64-bit prime)
@@ -50,7 +50,7 @@ def _in_table(kinds: np.ndarray, at: np.ndarray, key: np.ndarray) -> tuple:
     "(count of each key, of all keys of its context, distinct bytes after its context) in the training text's table."
     if not len(kinds):
         return (np.zeros(len(key), dtype=np.int64),) * 3
-    order = np.argsort(key)  # the searches in the table's order: one walk through memory, not random jumps
+    order = torch.sort(torch.from_numpy(key)).indices.numpy()  # the searches in the table's order: one walk, no jumps
     key = key[order]
     ctx = (key >> 8) << 8
     j = np.minimum(np.searchsorted(kinds, key), len(kinds) - 1)
@@ -69,6 +69,20 @@ def _before(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rank = np.empty(len(keys), dtype=np.int64)
     rank[order] = at - start
     return rank, order, start
+
+EXACT = 2  # orders up to this one are counted in a table of every (context, byte): 256**(k+1) counts, no sort
+
+def _exact(train: np.ndarray, stream: np.ndarray, k: int) -> tuple:
+    "(c, n, u) in the training text of each stream position's k bytes before it and its byte: an exact table."
+    def pairs(raw):  # the k bytes before each position and its byte as one number (the first k: never read)
+        v = raw.astype(np.int64)
+        for i in range(1, k + 1):
+            v[i:] |= raw[:len(raw) - i].astype(np.int64) << (8 * i)
+        return v
+    counts = np.bincount(pairs(train)[k:], minlength=1 << (8 * (k + 1)))
+    per = counts.reshape(-1, 256)  # a row per context
+    s = pairs(stream)
+    return counts[s], per.sum(axis=1)[s >> 8], np.count_nonzero(per, axis=1)[s >> 8]
 
 def order_counts(train: np.ndarray,  # uint8 training text: what every unit's counts also read
                  units: list[bytes],  # the units scored, each read as a stream from the start byte
@@ -90,9 +104,8 @@ def order_counts(train: np.ndarray,  # uint8 training text: what every unit's co
         ct = _back(ct, train[j - k])
         keep = _asked(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
         j, ct = j[keep], ct[keep]
-        kinds, at = _table(_keys(ct, train[j]))  # each (context, next byte) of the training text a unit may ask
-        key = _keys(ctx, stream)
-        trained = _in_table(kinds, at, key)
+        trained = _exact(train, stream, k) if k <= EXACT else \
+            _in_table(*_table(_keys(ct, train[j])), _keys(ctx, stream))  # each (context, byte) a unit may ask, sorted
         own_key = np.where(ok, _keys(ctx ^ (unit.astype(np.uint64) * _UNIT), stream), -1 - pos)
         c_own = _before(own_key)[0]  # earlier positions of this unit with the same context and byte
         n_own, order, start = _before(np.where(ok, own_key >> 8, -1 - pos))  # ... with the same context
@@ -163,28 +176,28 @@ def mixed_bits(bits: list,  # the model's bits of each byte, one array per unit
     return np.split(-np.log2(p), np.cumsum([len(b) for b in bits])[:-1])
 
 # %% ../nbs/18bm_mix.ipynb #mx000018
-MIX = Mix(  # fitted on the dev split, 2026-12-05: bench/fit_mix.py on a dev model of the default plan (1,800 steps)
-    own=(442000.0, 23500.0, 3975.0, 386.7, 309.1, 516.4, 351.9, 66.42,
-         62.26, 182.5, 8083.0, 398.3, 95.91, 4308.0, 25.51, 530.3),
-    escape=(2.01, 66.46, 79.67, 117.7, 16.15, 16.79, 19.44, 35.38,
-            14.39, 17.8, 9.493, 19.09, 24.64, 31.37, 25.4, 5.54),
+MIX = Mix(  # fitted on the dev split, 2026-12-05: bench/fit_mix.py on a dev model of the default plan (1,000 steps)
+    own=(368600.0, 16690.0, 2787.0, 369.4, 261.7, 358.9, 223.3, 53.53,
+         51.31, 42.54, 391.3, 167.3, 17.15, 77.66, 0.9358, 1046.0),
+    escape=(2.559, 50.29, 57.23, 88.49, 17.13, 19.35, 21.16, 29.44,
+            15.81, 15.94, 18.67, 31.92, 29.56, 76.14, 2.977, 116.4),
     bias=(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-          0.0, 0.9739, 1.853, 1.049, 0.3996, 1.706, 1.515, 2.938,
-          0.0, 0.7858, 0.861, 1.112, 0.7202, 0.4575, 0.7761, 0.7318,
-          0.0, 0.3944, 0.4252, 0.3838, 0.4575, 0.5138, 0.3102, 0.6035,
-          0.0, 0.6221, 0.5375, 0.3722, 0.3925, 0.5087, 0.5191, 0.6619,
-          0.0, 0.2133, 0.2432, 0.04649, 0.1441, -0.03325, 0.3106, 0.589,
-          0.0, -0.0897, -0.08443, -0.05194, 0.1552, 0.1588, 0.329, 0.7271,
-          0.0, 0.009471, -0.07076, 0.06314, -0.007719, 0.05904, 0.2645, 0.07321,
-          0.0, 0.3289, 0.1314, 0.3893, 0.5349, 0.5055, 0.3054, 0.699,
-          0.0, 0.3004, 0.1627, 0.2493, 0.2089, 0.3273, 0.397, 0.2344,
-          0.0, 0.1811, -0.003543, 0.007186, -0.159, 0.1463, 0.1214, 0.1106,
-          0.0, 0.0533, -0.05248, -0.2071, 0.06744, -0.01778, 0.1209, 0.393,
-          0.0, -0.02137, -0.1309, -0.2252, -4.994e-05, 0.03819, 0.2372, -0.2901,
-          0.0, -0.08881, -0.1006, -0.04171, -0.229, -0.2766, -0.124, -0.213,
-          0.0, -0.1213, -0.3313, -0.5155, -0.1286, -0.5303, -0.01344, -0.4544,
-          0.0, -0.3318, -0.2654, -0.3845, -0.07408, -0.3013, -0.5778, -0.6536,
-          0.0, 0.4447, -0.1903, -0.3031, -0.07376, -0.209, -0.01808, 0.4492),
-    own_bias=(-0.7878, -0.2513, -0.4267, -0.9205, -0.1871, -0.05079, 0.01727, 0.006402, 0.1929,
-              0.3405, 0.5742, 0.701, 0.6116, 0.3945, 0.6006, 0.4779, 0.5117),
+          0.0, 5.11, 2.081, 1.4, 0.5489, 2.261, 2.001, 3.236,
+          0.0, 0.9934, 1.098, 1.235, 0.992, 0.578, 0.9233, 0.8788,
+          0.0, 0.4564, 0.4422, 0.4003, 0.4557, 0.521, 0.2901, 0.4402,
+          0.0, 0.592, 0.4754, 0.2359, 0.2631, 0.3932, 0.4092, 0.5611,
+          0.0, 0.09008, 0.06601, -0.1508, -0.00821, -0.2261, 0.1474, 0.4097,
+          0.0, -0.231, -0.2745, -0.216, -0.03101, -0.004092, 0.1189, 0.4965,
+          0.0, -0.121, -0.2353, -0.1171, -0.1988, -0.1356, -0.01038, -0.1331,
+          0.0, 0.1855, -0.009264, 0.2099, 0.2197, 0.2974, -0.02114, 0.534,
+          0.0, 0.1076, -0.02988, 0.05571, -0.06709, 0.2363, 0.1296, 0.1801,
+          0.0, -0.01743, -0.1983, -0.1935, -0.3428, -0.09206, 0.06679, 0.04234,
+          0.0, -0.101, -0.1932, -0.3484, -0.07125, -0.2161, -0.009135, 0.004809,
+          0.0, -0.2039, -0.4181, -0.5297, -0.3074, -0.3057, -0.1214, -0.4478,
+          0.0, -0.2838, -0.3522, -0.3494, -0.4502, -0.5403, -0.6911, -0.2672,
+          0.0, -0.357, -0.6684, -0.9466, -0.5887, -0.9076, -0.6232, -0.5821,
+          0.0, -0.5187, -0.4342, -0.4388, -0.09339, -0.1698, -0.2291, -0.1457,
+          0.0, 0.2984, -0.3446, -0.4656, -0.2184, -0.3182, -0.1548, 0.3437),
+    own_bias=(-1.157, -0.5103, -0.603, -1.048, -0.3054, -0.1858, -0.1601, -0.1747, 0.0828,
+              0.23, 0.4593, 0.4948, 0.5385, 0.3528, 0.521, 0.5969, 0.3405),
 )
