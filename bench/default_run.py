@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The default run as a new user runs it: `dormouse train` in a fresh run directory, timed from the outside.
 
-Runs `python -m dormouse.cli train --run-dir <fresh dir>` (every default, every guarantee on) in a subprocess and
+Runs `dormouse train --run-dir <fresh dir>` (the console script) (every default, every guarantee on) in a subprocess and
 prints its wall time split into what the run's own records say: start-up (process start to the first step), the
 training steps (the metrics' `t` column: evals, fingerprints and checkpoints included), and the final score (`fit`'s
 scorecard: the held-out sample static and adapting, the overlap, the outside sample, the quick compressors). Then the
@@ -33,8 +33,11 @@ def main(argv=None):
         if a.fresh_cache:
             env["DORMOUSE_CACHE"] = str(Path(tmp) / "cache")
         run = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "dormouse.cli", "train", "--run-dir", str(run), "--quiet", *a.extra]
-        print(f"load avg before: {os.getloadavg()[0]:.2f}; {' '.join(cmd[1:])}", flush=True)
+        exe = Path(sys.executable).with_name("dormouse")  # the console script README's command runs, not `-m`
+        if not exe.is_file():
+            sys.exit(f"default_run: no `dormouse` script beside {sys.executable}: pip install -e . in this venv first")
+        cmd = [str(exe), "train", "--run-dir", str(run), "--quiet", *a.extra]
+        print(f"load avg before: {os.getloadavg()[0]:.2f}; dormouse {' '.join(cmd[1:])}", flush=True)
         t0 = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         lines = [(time.time() - t0, line) for line in proc.stdout]  # each line with when it came

@@ -47,7 +47,7 @@ def nn_bits(path, bits_file):
         parts.tables.weight.copy_(sd["tables.weight"])
         m = cfg.model
         codes = codes_for(corpus, texts, m.match_orders, m.match_train, [o for _, o, _ in units])
-        st, ad = adaptive_bits(parts.model, parts.tables, texts, cfg.seq_len, cfg.seq_len // 2, m.depth, codes, ADAPT)
+        st, ad = adaptive_bits(parts.model, parts.tables, texts, cfg.seq_len, cfg.seq_len, m.depth, codes, ADAPT)
     st, ad = np.concatenate(st), np.concatenate(ad)
     np.savez(bits_file, static=st, adapt=ad)
     return corpus, texts, st, ad

@@ -6,7 +6,7 @@ files of the default run are ranked first by the same hash) and the next 5%. A c
 training split, which holds neither, and is scored on the second 5% only (81 files, 1.66 MB): the dev units. Bits/byte
 after N steps are a pure function of the plan, so they hold on a busy machine; the seconds printed do not.
 
-  python bench/score_levers.py train CAND --steps 1800 --out W.safetensors   # CAND: as in bench/sweep_defaults.py
+  python bench/score_levers.py train CAND --steps 900 --out W.safetensors   # CAND: as in bench/sweep_defaults.py
   python bench/score_levers.py score W.safetensors [--stride 64] [--every 4] [--adapt top|all] [--lr 1e-3]
 
 `score` prints the static figure and, with `--adapt`, the adaptive one: `top` is the kit's (`score.adaptive_bits`: a
@@ -88,7 +88,7 @@ def score(a) -> None:
     sd = load_file(a.path)
     units = dev_units(corpus)[::a.every]
     texts = [bytes(corpus.data[o:o + n]) for _, o, n in units]
-    stride = a.stride or cfg.seq_len // 2
+    stride = a.stride or cfg.seq_len
     t0 = time.time()
     with run_scope(a.threads, "cpu"):
         parts = build_parts(cfg)
@@ -122,12 +122,12 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("cand")
-    t.add_argument("--steps", type=int, default=1800)
+    t.add_argument("--steps", type=int, default=900)
     t.add_argument("--threads", type=int, default=1, help="bits do not depend on it (AUTO,STRICT); 1 lets two run")
     t.add_argument("--out", required=True)
     s = sub.add_parser("score")
     s.add_argument("path")
-    s.add_argument("--stride", type=int, default=0, help="0: half the window")
+    s.add_argument("--stride", type=int, default=0, help="0: the window, as the final score")
     s.add_argument("--every", type=int, default=1, help="score every K-th dev unit")
     s.add_argument("--adapt", choices=["", "top", "all"], default="")
     s.add_argument("--lr", type=float, default=1e-3)

@@ -187,7 +187,7 @@ def main(argv=None):
     q.add_argument("--threads", type=int, default=1, help="quality does not depend on threads; 1 lets two run at once")
     q.add_argument("--decay-frac", type=float, default=0.15)
     q.add_argument("--score-bytes", type=int, default=400_000, help="the keyed held-out sample scored")
-    q.add_argument("--stride", type=int, default=0, help="score stride (0: half the window)")
+    q.add_argument("--stride", type=int, default=0, help="score stride (0: the window, as the final score)")
     q.add_argument("--out", default="")
     q.add_argument("--save", default="", help="write the trained weights and tables here (safetensors)")
     r = sub.add_parser("rescore")

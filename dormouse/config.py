@@ -51,12 +51,12 @@ class TrainCfg:
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
     micro_batch: int = 0  # sequences per microbatch, the unit every sum runs over in one order (0: the whole batch)
-    steps: int = 1800  # total steps of the run (progress: extending a run is a resume)
+    steps: int = 900  # total steps of the run (progress: extending a run is a resume)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the decay
     warmup: int = 50  # linear LR warm-up steps
-    decay_start: int = 270  # step at which cosine decay begins (never derived from `steps`)
-    decay_steps: int = 1530  # length of the cosine decay; LR stays at `min_lr` after it
+    decay_start: int = 135  # step at which cosine decay begins (never derived from `steps`)
+    decay_steps: int = 765  # length of the cosine decay; LR stays at `min_lr` after it
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     beta1: float = 0.9  # AdamW first-moment decay
     beta2: float = 0.95  # AdamW second-moment decay

@@ -226,7 +226,7 @@ def score(model,  # a `DormouseModel`
           corpus: Corpus,  # the run's corpus
           window: int,  # the longest context a byte gets: the model's seq_len
           depth: int,  # core depth of the forward
-          stride: int | None = None,  # windows start this far apart (default: half the window)
+          stride: int | None = None,  # windows start this far apart (default: the window, as the final score)
           sample: HeldSample | None = None,  # default: `score_sample(corpus)`, what `compressor_baselines` reads
           threads: int | None = None,  # torch threads for the forward (None: the caller's)
           match_orders: list[int] | None = None,  # the codes the model embeds (None: `model.cfg.match_orders`)
@@ -234,7 +234,7 @@ def score(model,  # a `DormouseModel`
          ) -> Score:
     "Held-out bits/byte scored like a compressor, on exactly the bytes the compressors get."
     sample = score_sample(corpus) if sample is None else sample
-    stride = max(1, window // 2) if stride is None else stride
+    stride = window if stride is None else stride
     units = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units]
     orders = model.cfg.match_orders if match_orders is None else match_orders
     train = bool(orders) and getattr(model.cfg, "match_train", False)

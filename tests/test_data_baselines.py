@@ -57,7 +57,7 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     assert main(["train", "--config", str(cfg), "--run-dir", str(root / "r"), "--quiet"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("held-out score: "))
-    assert re.match(r"held-out score: \d+\.\d+ bits/byte \(adapting, mixed with counts\), on ", line)
+    assert re.match(r"held-out score: \d+\.\d+ bits/byte \(static, mixed with counts\), on ", line)
     alone = next(ln for ln in out.splitlines() if ln.startswith("  the model alone: "))
     printed = re.match(r"  the model alone: (\d+\.\d+) static, the run's weights", alone).group(1)
     corpus = load_corpus(text, 0.05, 32)

@@ -245,7 +245,7 @@ def main() -> int:
             p = peak["bf16" if tag == "bf16" else "fp32"]
             line.append(f"{tag}: {sps:.1f} steps/s = {sps * tok / 1e3:.0f}k tokens/s, {flops * sps / 1e12:.3f} TFLOP/s "
                         f"= {flops * sps / p:.4f} of the measured {'bf16' if tag == 'bf16' else 'fp32'} matmul rate "
-                        f"({p / 1e12:.1f} TFLOP/s); 1800 steps: {1800 / sps:.0f}s")
+                        f"({p / 1e12:.1f} TFLOP/s); {TrainCfg().steps} steps: {TrainCfg().steps / sps:.0f}s")
         return "; ".join(line)
     if "speed" not in skip:
         check("speed of the default model (fp32, bf16 autocast)",
