@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Fit the score's count mix (`dormouse.mix.MIX`) on the dev split, which the final score never reads.
 
-A model of the default plan trained on the dev corpus (`bench/score_levers.py train ref --steps 1800`) scores the dev
-units (static and adapting, as the final score does); the count model counts them against the dev corpus's training
-text; the mix's parameters are fitted by Adam to the static bits (every dev byte, full batch), printed as a `Mix`, and
-checked: fitted on half the dev files and scored on the other half, and the rounded constants scored on all of them.
+A model of the default plan trained on the dev corpus (`bench/score_levers.py train ref --steps 1000`) scores the
+dev units (static and adapting, in consecutive windows as the final score does); the count model counts them against
+the dev corpus's training text; the mix's parameters are fitted by Adam to the static bits (every dev byte, full
+batch), printed as a `Mix`, and checked: fitted on half the dev files and scored on the other half, and the rounded
+constants scored on all of them.
 
-  python bench/score_levers.py train ref --steps 1800 --threads 2 --out dev.safetensors   # about 5 minutes
-  python bench/fit_mix.py dev.safetensors --bits dev_bits.npz   # about 9 minutes: the bits, the counts, three fits
+  python bench/score_levers.py train ref --steps 1000 --threads 2 --out dev.safetensors   # about 3 minutes
+  python bench/fit_mix.py dev.safetensors --bits dev_bits.npz   # about 12 minutes: the bits, the counts, three fits
 
-Measured 2026-12-05 (81 dev files, 1,655,155 bytes; the model 0.9123 static, 0.8923 adapting), mixed static across
-the halves / on all of them / adapting on all of them: --orders 8: 0.8226 / 0.8217 / 0.8101; --orders 12: 0.8047 /
-0.8040 / 0.7930; --orders 16 (MIX): 0.7992 / 0.7984 / 0.7874.
+Measured 2026-12-05 on the 1,000-step dev model (81 dev files, 1,655,155 bytes; the model 0.9645 static, 0.9454
+adapting), mixed static across the halves / on all of them / adapting on all of them, --orders 16 (MIX): 0.8219 /
+0.8197 / 0.8102. Earlier the same day, on an 1,800-step dev model at a stride of 64 (0.9123 static, 0.8923 adapting):
+--orders 8: 0.8226 / 0.8217 / 0.8101; --orders 12: 0.8047 / 0.8040 / 0.7930; --orders 16: 0.7992 / 0.7984 / 0.7874.
 """
 import argparse, json, sys, time
 import numpy as np

@@ -157,7 +157,7 @@ def final_score(model,  # the run's `DormouseModel`
                 adapt: Adapt | None = None,  # also score adapting as it reads (e.g. `ADAPT`); None: static only
                 mix: Mix | None = MIX,  # None: the model's figures only, not mixed with counts
                ) -> Scorecard:
-    "The final held-out score: the model static and adapting, alone and mixed, beside every compressor on its bytes."
+    "The final held-out score: the model static (adapting too when asked), alone and mixed, beside every compressor."
     window, depth, orders, stride = cfg.seq_len, cfg.model.depth, cfg.model.match_orders, cfg.seq_len
     train = bool(orders) and cfg.model.match_train
     sample = score_sample(corpus)
