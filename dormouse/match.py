@@ -9,7 +9,7 @@ import torch
 
 # %% auto #0
 __all__ = ['MATCH_NONE', 'MATCH_VOCAB', 'MATCH_ORDERS', 'MATCH_FORMAT', 'MATCH_TRAIN', 'MATCH_VOCAB_TRAIN', 'GROUP_BYTES',
-           'gram_hashes', 'match_codes', 'train_codes', 'unit_codes', 'stream_codes']
+           'gram_hashes', 'match_codes', 'maybe_among', 'train_codes', 'unit_codes', 'stream_codes']
 
 # %% ../nbs/02b_match.ipynb #b96c780f
 MATCH_NONE = 256  # the code of a position whose k bytes have no earlier occurrence in its unit
@@ -81,7 +81,10 @@ def match_codes(raw: np.ndarray,  # uint8 bytes of one or more units, back to ba
 MATCH_TRAIN = MATCH_VOCAB  # from here on: a match found only in the training text (MATCH_TRAIN + the byte after it)
 MATCH_VOCAB_TRAIN = MATCH_TRAIN + 256  # codes per order of `train_codes`
 
-def _held(keys: np.ndarray, wanted: np.ndarray, bits: int = 26) -> np.ndarray:
+def maybe_among(keys: np.ndarray,  # uint64 hashes to sort out
+                wanted: np.ndarray,  # uint64 hashes that matter
+                bits: int = 26,  # the bitmap's size: 2**bits flags
+               ) -> np.ndarray:
     "Which of `keys` may be among `wanted`: a bitmap of 2**bits flags, so a few false yeses and never a false no."
     mark, shift = np.zeros(1 << bits, dtype=bool), np.uint64(64 - bits)
     mark[(wanted * _UNIT) >> shift] = True
@@ -108,7 +111,8 @@ def train_codes(raw: np.ndarray,  # uint8 bytes of the corpus: the training unit
         while k < order:
             h, k = _doubled(h, k), 2 * k
         key = np.where(pos - (k - 1) >= first, h, edge)
-        took = pos if not after else np.flatnonzero(np.r_[_held(key[:after], key[after:]), np.ones(n - after, bool)])
+        took = pos if not after else \
+            np.flatnonzero(np.r_[maybe_among(key[:after], key[after:]), np.ones(n - after, bool)])
         srt = torch.sort(torch.from_numpy(key[took].view(np.int64)), stable=True)
         o, v = took[srt.indices.numpy()], srt.values.numpy()  # positions in the order of their strings
         at = np.arange(len(o))

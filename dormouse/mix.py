@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 import torch
+from .match import maybe_among
 from .score import START_BYTE
 
 # %% auto #0
@@ -30,15 +31,6 @@ def _longer(h: np.ndarray, raw: np.ndarray, k: int) -> np.ndarray:
     out = h * _BASE  # a position with fewer than k bytes before it: no byte further back
     out[k - 1:] = _back(h[k - 1:], raw[:len(raw) - k + 1])
     return out
-
-def _asked(ctx: np.ndarray,  # context hashes of the training text
-           wanted: np.ndarray,  # the context hashes the units ask about
-           bits: int = 26,  # the bitmap's size: 2**bits flags
-          ) -> np.ndarray:
-    "Which of `ctx` may be `wanted`: a bitmap of their hashes, so a few false yeses and never a false no."
-    mark, shift = np.zeros(1 << bits, dtype=bool), np.uint64(64 - bits)
-    mark[(wanted * _SPREAD) >> shift] = True
-    return mark[(ctx * _SPREAD) >> shift]
 
 def _table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Each distinct key once, sorted, and where its run starts in the sorted keys (then their count)."
@@ -102,7 +94,7 @@ def order_counts(train: np.ndarray,  # uint8 training text: what every unit's co
         ok = (pos - k >= first) & scored  # all k of them in the unit's stream
         j, ct = j[np.searchsorted(j, k):], ct[np.searchsorted(j, k):]  # j ascends: those with k bytes before them
         ct = _back(ct, train[j - k])
-        keep = _asked(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
+        keep = maybe_among(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
         j, ct = j[keep], ct[keep]
         trained = _exact(train, stream, k) if k <= EXACT else \
             _in_table(*_table(_keys(ct, train[j])), _keys(ctx, stream))  # each (context, byte) a unit may ask, sorted
