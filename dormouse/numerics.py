@@ -184,8 +184,8 @@ DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a nu
     "def_fingerprint": 1,  # parts.state_fingerprint: what the state fingerprint hashes, and in which order
     "def_eval_sample": 1,  # data + step.evaluate: which held-out bytes the eval scores, and how
     "def_data_order": 1,  # data.batch_at: which sequences make batch i, in both data orders
-    "def_match": 1,  # match.match_codes and data.unit_starts: the codes a corpus's bytes get
-    "def_match_train": 1,  # match.train_codes: the codes that also read the training text before a unit
+    "def_match": 2,  # match.code_units and data.unit_starts: the codes a corpus's bytes get (2: blocks and tables)
+    "def_match_train": 2,  # match.code_stream: the codes that also read the training text before a unit (2: the same)
 }
 
 STEP_MODULES = ("step", "targets", "checkpoints", "numerics")  # what a step, a restore and a run's scope run
