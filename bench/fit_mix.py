@@ -88,24 +88,24 @@ def main(argv=None):
     corpus, texts, st, ad = nn_bits(a.path, a.bits)
     print(f"dev units: {len(texts)} files, {sum(map(len, texts)):,} bytes; model static {st.mean():.4f}, "
           f"adapting {ad.mean():.4f} ({time.time() - t0:.0f} s)", flush=True)
-    train = np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8)
+    train, n = corpus.data, corpus.n_train  # read a chunk at a time
     K = a.orders
     t0 = time.time()
-    got = list(mx.order_counts(train, texts, K))
+    got = list(mx.order_counts(train, texts, K, n))
     print(f"counts, orders 1..{K}: {time.time() - t0:.0f} s", flush=True)
     rows = [torch.from_numpy(np.stack([g[i] for g in got]).astype(np.float64)) for i in range(1, 7)]
-    b, ob = mx.buckets(np.stack([g[2] + g[5] for g in got]), np.stack([g[5] for g in got]))
-    feats = (torch.from_numpy(mx.order0(train, texts)), rows, torch.from_numpy(b), torch.from_numpy(ob))
+    b, ob = mx.buckets((g[2] + g[5], g[5]) for g in got)
+    feats = (torch.from_numpy(mx.order0(train, texts, n)), rows, torch.from_numpy(b), torch.from_numpy(ob))
     uid = np.repeat(np.arange(len(texts)), [len(t) for t in texts])
     halves = [np.nonzero(uid % 2 == h)[0] for h in (0, 1)]
     cross = 0.0
     for h in (0, 1):
         m = fit(feats, st, torch.from_numpy(halves[h]), K, a.steps)
-        p_cm, bb, obb = mx.count_model(train, [t for i, t in enumerate(texts) if i % 2 != h], m)
+        p_cm, bb, obb = mx.count_model(train, [t for i, t in enumerate(texts) if i % 2 != h], m, n)
         cross += np.concatenate(mx.mixed_bits([st[halves[1 - h]]], (p_cm, bb, obb), m)).sum()
     print(f"fitted on half the dev files, scored on the other half: mixed static {cross / len(st):.4f}", flush=True)
     m = fit(feats, st, torch.arange(len(st)), K, a.steps)
-    counted = mx.count_model(train, texts, m)
+    counted = mx.count_model(train, texts, m, n)
     print(f"count model alone {-np.log2(counted[0]).mean():.4f}; mixed static "
           f"{np.concatenate(mx.mixed_bits([st], counted, m)).mean():.4f}, adapting "
           f"{np.concatenate(mx.mixed_bits([ad], counted, m)).mean():.4f}", flush=True)

@@ -8,8 +8,8 @@ import hashlib, json, os, sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .data import Corpus, CorpusError, cache_dir, cache_write, source_files
-from .match import gram_hashes
+from .data import READ_CHUNK, Corpus, CorpusError, cache_dir, cache_write, source_files
+from .match import KeyBitmap, gram_hashes
 
 # %% auto #0
 __all__ = ['SCORE_BYTES', 'SCORE_PIECE', 'SCORE_KEY', 'SHARED_BYTES', 'NEAR_COPY', 'OUTSIDE_BYTES', 'OUTSIDE_KEY', 'score_bytes',
@@ -107,9 +107,27 @@ def _spread(ends: np.ndarray, n: int, k: int) -> np.ndarray:
     np.add.at(d, ends + 1, -1)
     return np.cumsum(d[:n]) > 0
 
+def _in_training(corpus: Corpus, asked: np.ndarray, k: int, progress) -> np.ndarray:
+    "Which of the sorted hashes `asked` are of a k-byte string of the training text: its text read once, in chunks."
+    known, bar = np.zeros(len(asked), dtype=bool), None if progress is None else \
+        progress("reading the training text for the held-out bytes it also holds", corpus.n_train)
+    bitmap = KeyBitmap(asked)
+    for a in range(0, corpus.n_train if len(asked) else 0, READ_CHUNK):
+        lo, b = max(0, a - k + 1), min(a + READ_CHUNK, corpus.n_train)
+        h = gram_hashes(np.asarray(corpus.data[lo:b]), k)[k - 1:]  # the strings that end in [max(a, k - 1), b)
+        h = h[bitmap.maybe(h)]
+        at = np.minimum(np.searchsorted(asked, h), len(asked) - 1)
+        known[at[asked[at] == h]] = True
+        if bar is not None:
+            bar.update(b - a)
+    if bar is not None:
+        bar.close()
+    return known
+
 def shared_bytes(corpus: Corpus,  # the run's corpus
                  units,  # (name, offset, bytes) held-out units, e.g. `score_sample(corpus).units`
                  k: int = SHARED_BYTES,  # the length of a shared string (a power of two)
+                 progress=None,  # progress(what, total) -> a bar (update, close) for the pass over the training text
                 ) -> list[np.ndarray]:
     "Per unit, a bool per byte: inside a k-byte string of the unit that also occurs in the training text (cached)."
     spec = [corpus.sha256, corpus.n_train, k, [list(u) for u in units]]
@@ -120,15 +138,13 @@ def shared_bytes(corpus: Corpus,  # the run's corpus
         return np.split(bits, np.cumsum(sizes)[:-1])
     except (OSError, ValueError):
         pass  # no entry (or a damaged one): computed below
-    train = np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8)
-    known = np.sort(gram_hashes(train, k)[k - 1:])  # sorted, repeats kept: np.unique takes 50 s on these 30 M
+    grams = [gram_hashes(np.asarray(corpus.data[off:off + n]), k)[k - 1:] for _, off, n in units]
+    asked = np.unique(np.concatenate(grams + [np.zeros(0, np.uint64)]))  # the sample's strings, each once
+    known = _in_training(corpus, asked, k, progress)
     out = []
-    for _, off, n in units:
-        u = np.frombuffer(bytes(corpus.data[off:off + n]), dtype=np.uint8)
-        h = gram_hashes(u, k)[k - 1:]
-        at = np.minimum(np.searchsorted(known, h), max(0, len(known) - 1))
-        hit = np.flatnonzero(known[at] == h) + (k - 1) if n >= k and len(known) else np.zeros(0, np.int64)
-        out.append(_spread(hit, n, k))
+    for (_, _, n), h in zip(units, grams):
+        at = np.minimum(np.searchsorted(asked, h), max(0, len(asked) - 1))
+        out.append(_spread(np.flatnonzero(known[at]) + (k - 1) if len(h) else np.zeros(0, np.int64), n, k))
     try:
         cache_write(p, np.packbits(np.concatenate(out) if out else np.zeros(0, bool)).tobytes())
     except OSError:

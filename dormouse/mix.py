@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 import torch
-from .match import maybe_among
+from .match import KeyBitmap
+from .numerics import numeric_scope
 from .score import START_BYTE
 
 # %% auto #0
-__all__ = ['EXACT', 'N_BUCKETS', 'MIX', 'order_counts', 'Mix', 'chain_step', 'order0', 'buckets', 'count_model', 'mixed_bits']
+__all__ = ['EXACT', 'MIX_CHUNK', 'MIX_BYTES', 'N_BUCKETS', 'UNIT_GROUP', 'MIX', 'TextCounts', 'order_counts', 'count_bytes',
+           'Mix', 'chain_step', 'order0', 'buckets', 'count_model', 'mixed_bits']
 
 # %% ../nbs/18bm_mix.ipynb #mx000006
 _BASE = np.uint64(0x100000001B3)  # the context hash's base (FNV's 64-bit prime)
@@ -32,27 +34,6 @@ def _longer(h: np.ndarray, raw: np.ndarray, k: int) -> np.ndarray:
     out[k - 1:] = _back(h[k - 1:], raw[:len(raw) - k + 1])
     return out
 
-def _table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Each distinct key once, sorted, and where its run starts in the sorted keys (then their count)."
-    keys = torch.sort(torch.from_numpy(keys)).values.numpy()
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
-    return keys[starts], np.r_[starts, len(keys)]
-
-def _in_table(kinds: np.ndarray, at: np.ndarray, key: np.ndarray) -> tuple:
-    "(count of each key, of all keys of its context, distinct bytes after its context) in the training text's table."
-    if not len(kinds):
-        return (np.zeros(len(key), dtype=np.int64),) * 3
-    order = torch.sort(torch.from_numpy(key)).indices.numpy()  # the searches in the table's order: one walk, no jumps
-    key = key[order]
-    ctx = (key >> 8) << 8
-    j = np.minimum(np.searchsorted(kinds, key), len(kinds) - 1)
-    a, b = np.searchsorted(kinds, ctx), np.searchsorted(kinds, ctx | 255, "right")
-    out = []
-    for x in (np.where(kinds[j] == key, at[j + 1] - at[j], 0), at[b] - at[a], b - a):
-        out.append(np.empty_like(x))
-        out[-1][order] = x
-    return tuple(out)
-
 def _before(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "How many equal keys come before each one, the stable sort's order, and where each one's run starts in it."
     order = torch.sort(torch.from_numpy(keys), stable=True).indices.numpy()
@@ -62,49 +43,208 @@ def _before(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rank[order] = at - start
     return rank, order, start
 
-EXACT = 2  # orders up to this one are counted in a table of every (context, byte): 256**(k+1) counts, no sort
+def _own(ctx: np.ndarray, stream: np.ndarray, unit: np.ndarray, ok: np.ndarray) -> tuple:
+    "(c, n, u) of each position in its unit's past: earlier positions of the unit with its context (and its byte)."
+    pos = np.arange(len(stream))
+    own_key = np.where(ok, _keys(ctx ^ (unit.astype(np.uint64) * _UNIT), stream), -1 - pos)
+    c_own = _before(own_key)[0]  # earlier positions of this unit with the same context and byte
+    n_own, order, start = _before(np.where(ok, own_key >> 8, -1 - pos))  # ... with the same context
+    firsts = np.r_[0, np.cumsum(c_own[order] == 0)]  # a byte's first time after its context
+    u_own = np.empty(len(pos), dtype=np.int64)
+    u_own[order] = firsts[:-1] - firsts[start]
+    return c_own, n_own, u_own
 
-def _exact(train: np.ndarray, stream: np.ndarray, k: int) -> tuple:
-    "(c, n, u) in the training text of each stream position's k bytes before it and its byte: an exact table."
-    def pairs(raw):  # the k bytes before each position and its byte as one number (the first k: never read)
-        v = raw.astype(np.int64)
-        for i in range(1, k + 1):
-            v[i:] |= raw[:len(raw) - i].astype(np.int64) << (8 * i)
-        return v
-    counts = np.bincount(pairs(train)[k:], minlength=1 << (8 * (k + 1)))
-    per = counts.reshape(-1, 256)  # a row per context
-    s = pairs(stream)
-    return counts[s], per.sum(axis=1)[s >> 8], np.count_nonzero(per, axis=1)[s >> 8]
+# %% ../nbs/18bm_mix.ipynb #mxp00002
+EXACT = 2  # orders up to this one are counted in a table of every (context, byte): 256**(k+1) counts, no search
+MIX_CHUNK = 1 << 20  # training bytes counted at a time
+MIX_BYTES = 1 << 29  # the most memory the training text's pairs of all orders hold (8 bytes a pair); then no new pair
 
-def order_counts(train: np.ndarray,  # uint8 training text: what every unit's counts also read
-                 units: list[bytes],  # the units scored, each read as a stream from the start byte
-                 orders: int,  # contexts of 1 .. orders bytes
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Each of the int64 `keys` once, sorted, and how many times it came."
+    keys = torch.sort(torch.from_numpy(keys)).values.numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+    return keys[starts], np.diff(np.r_[starts, len(keys)])
+
+class _Pairs:
+    "One order's counts of the training text's (asked context, byte) pairs: sorted runs, merged as they grow."
+    def __init__(self, asked: np.ndarray,  # the units' contexts' 55-bit keys, sorted, unique
+                 count=np.uint32,  # a count's type: uint32 for a text under 4 GiB
                 ):
-    "Per order k, `(k, c, n, u in the training text, c, n, u in the unit's past)` of each byte of the units."
+        self.asked = asked
+        kind = np.int32 if len(asked) < 1 << 23 else np.int64  # a pair: its context's place in `asked`, its byte
+        self.keys, self.counts, self.pending = np.zeros(0, kind), np.zeros(0, count), []
+
+    def nbytes(self) -> int:
+        "Bytes of the pairs held, merged or not (an upper bound: a pending pair may be held twice)."
+        return self.held() * (self.keys.itemsize + self.counts.itemsize)
+
+    def held(self) -> int:
+        "Pairs held, merged or not (an upper bound on the distinct ones)."
+        return len(self.keys) + sum(len(k) for k, _ in self.pending)
+
+    def add(self, key: np.ndarray,  # `_keys` of the training text's pairs
+            closed: bool,  # full: count only the pairs already held
+           ) -> None:
+        "Count the pairs whose context is asked about."
+        if not len(self.asked) or not len(key):
+            return
+        key, n = _distinct(key)  # each key once, counted: then each is searched once, in order
+        i = np.minimum(np.searchsorted(self.asked, key >> 8), len(self.asked) - 1)
+        hit = self.asked[i] == key >> 8
+        pair, n = ((i[hit] << 8) | (key[hit] & 255)).astype(self.keys.dtype), n[hit].astype(self.counts.dtype)
+        if closed:
+            self.merge()
+            at = np.minimum(np.searchsorted(self.keys, pair), max(len(self.keys) - 1, 0))
+            keep = (self.keys[at] == pair) if len(self.keys) else np.zeros(len(pair), dtype=bool)
+            pair, n = pair[keep], n[keep]
+        self.pending.append((pair, n))
+        if sum(len(p) for p, _ in self.pending) > len(self.keys) + (1 << 20):
+            self.merge()
+
+    def merge(self) -> None:
+        "One sorted run of distinct pairs and their counts."
+        if not self.pending:
+            return
+        keys = np.concatenate([self.keys] + [p for p, _ in self.pending])
+        counts = np.concatenate([self.counts] + [n for _, n in self.pending])
+        order = torch.sort(torch.from_numpy(keys), stable=True).indices.numpy()
+        keys, counts = keys[order], counts[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+        counts = np.add.reduceat(counts, starts) if len(keys) else counts
+        self.keys, self.counts, self.pending = keys[starts], counts, []
+
+    def lookup(self, key: np.ndarray) -> tuple:
+        "(c, n, u) of each asked pair (`_keys` of a unit's position): the pair's count, its context's, its bytes."
+        if not len(key):
+            return (np.zeros(0, dtype=np.int64),) * 3
+        self.merge()
+        i = np.searchsorted(self.asked, key >> 8)
+        ctx = self.keys >> 8
+        n_ctx = np.bincount(ctx, weights=self.counts, minlength=len(self.asked)).astype(np.int64)
+        u_ctx = np.bincount(ctx, minlength=len(self.asked))
+        q = ((i << 8) | (key & 255)).astype(self.keys.dtype)
+        at = np.minimum(np.searchsorted(self.keys, q), max(len(self.keys) - 1, 0))
+        c = np.where(self.keys[at] == q, self.counts[at], 0).astype(np.int64) if len(self.keys) else 0 * i
+        return c, n_ctx[i], u_ctx[i]
+
+# %% ../nbs/18bm_mix.ipynb #mxp00005
+def _exact_pairs(raw: np.ndarray, j: np.ndarray, k: int) -> np.ndarray:
+    "The k bytes before each position j of `raw` and its byte as one number (< 256**(k+1))."
+    v = raw[j].astype(np.int64)
+    for i in range(1, k + 1):
+        v |= raw[j - i].astype(np.int64) << (8 * i)
+    return v
+
+def _count_text(train, n: int, bitmaps: list, pairs: dict, exact: dict, budget: int, bar) -> None:
+    "Read the training text once, a chunk at a time: count each order's asked pairs, and the exact tables."
+    K = len(bitmaps)
+    for a in range(0, n, MIX_CHUNK):
+        b, lo = min(a + MIX_CHUNK, n), max(0, a - K)
+        raw = np.asarray(train[lo:b])
+        closed = sum(p.nbytes() for p in pairs.values()) > budget
+        if closed:
+            for p in pairs.values():
+                p.merge()  # the exact number held: is it full?
+            closed = sum(p.nbytes() for p in pairs.values()) > budget
+        j, ct = np.arange(a - lo, b - lo), np.zeros(b - a, dtype=np.uint64)  # positions in `raw`, contexts' hashes
+        for k in range(1, K + 1):
+            if a < k:  # only positions with k bytes before them
+                ct, j = ct[j >= k], j[j >= k]
+            if k in exact:  # every byte, before the bitmap
+                at, got = _distinct(_exact_pairs(raw, j, k))
+                exact[k][at] += got.astype(exact[k].dtype)
+            ct = _back(ct, raw[j - k])
+            keep = bitmaps[k - 1].maybe(ct)  # a context no unit asks about is never looked up, nor any longer one
+            j, ct = j[keep], ct[keep]
+            if k in pairs:
+                pairs[k].add(_keys(ct, raw[j]), closed)
+        bar.update(b - a)
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+def _stream(units: list[bytes]) -> tuple:
+    "(bytes, unit number, first position of its unit, scored) of each position of the units read as one stream."
     stream = np.frombuffer(b"".join(bytes([START_BYTE]) + bytes(u) for u in units), dtype=np.uint8)
     sizes = np.array([len(u) + 1 for u in units], dtype=np.int64)
     unit, first = np.repeat(np.arange(len(units)), sizes), np.repeat(np.cumsum(sizes) - sizes, sizes)
-    pos = np.arange(len(stream))
-    scored = pos > first  # the start byte is read, never scored
-    j, ct = np.arange(len(train)), np.zeros(len(train), dtype=np.uint64)  # training bytes, their contexts' hashes
-    hs = np.zeros(len(stream), dtype=np.uint64)
+    return stream, unit, first, np.arange(len(stream)) > first  # the start byte is read, never scored
+
+def _contexts(stream: np.ndarray, first: np.ndarray, scored: np.ndarray, orders: int):
+    "Per order k: the hash of the k bytes before each position, and whether all k are in its unit (and it is scored)."
+    hs, pos = np.zeros(len(stream), dtype=np.uint64), np.arange(len(stream))
     for k in range(1, orders + 1):
         hs = _longer(hs, stream, k)
-        ctx = np.r_[np.uint64(0), hs[:-1]]  # the hash of the k bytes before each position
-        ok = (pos - k >= first) & scored  # all k of them in the unit's stream
-        j, ct = j[np.searchsorted(j, k):], ct[np.searchsorted(j, k):]  # j ascends: those with k bytes before them
-        ct = _back(ct, train[j - k])
-        keep = maybe_among(ct, ctx[ok])  # a context no unit asks about is never looked up, nor any longer one ending it
-        j, ct = j[keep], ct[keep]
-        trained = _exact(train, stream, k) if k <= EXACT else \
-            _in_table(*_table(_keys(ct, train[j])), _keys(ctx, stream))  # each (context, byte) a unit may ask, sorted
-        own_key = np.where(ok, _keys(ctx ^ (unit.astype(np.uint64) * _UNIT), stream), -1 - pos)
-        c_own = _before(own_key)[0]  # earlier positions of this unit with the same context and byte
-        n_own, order, start = _before(np.where(ok, own_key >> 8, -1 - pos))  # ... with the same context
-        firsts = np.r_[0, np.cumsum(c_own[order] == 0)]  # a byte's first time after its context
-        u_own = np.empty(len(pos), dtype=np.int64)
-        u_own[order] = firsts[:-1] - firsts[start]
-        yield k, *(np.where(ok, x, 0)[scored] for x in (*trained, c_own, n_own, u_own))
+        yield k, np.r_[np.uint64(0), hs[:-1]], (pos - k >= first) & scored
+
+class TextCounts:
+    "The training text's counts of the contexts some units ask about: one pass over the text, then read per unit."
+    def __init__(self, train,  # uint8 training text (an array, or a reader sliced a chunk at a time: `corpus.data`)
+                 units: list[bytes],  # the units whose contexts are counted, each read as a stream from the start byte
+                 orders: int,  # contexts of 1 .. orders bytes
+                 n: int | None = None,  # bytes of training text in `train` (None: all of it)
+                 budget: int = MIX_BYTES,  # the most memory the pairs of all orders hold
+                 progress=None,  # progress(what, total) -> a bar (update, close) for the pass over the text
+                ):
+        n, self.orders = len(train) if n is None else n, orders
+        count = np.uint32 if n < 1 << 32 else np.int64  # a pair's count: at most n
+        stream, unit, first, scored = _stream(units)
+        bitmaps, self.pairs = [], {}
+        for k, ctx, ok in _contexts(stream, first, scored, orders):
+            bitmaps.append(KeyBitmap(ctx[ok], min(26, max(16, int(ok.sum()).bit_length() + 4))))  # ~16 flags each
+            if k > EXACT:
+                self.pairs[k] = _Pairs(_distinct(_keys(ctx[ok], np.zeros(int(ok.sum()), np.uint8)) >> 8)[0], count)
+        self.exact = {k: np.zeros(1 << (8 * (k + 1)), dtype=count) for k in range(1, min(EXACT, orders) + 1)}
+        bar = _NoBar() if progress is None else progress("counting the training text for the count model", n)
+        try:
+            with numeric_scope(1):  # its sorts on one thread: two spin-wait beside a busy core, tens of times slower
+                _count_text(train, n, bitmaps, self.pairs, self.exact, budget, bar)
+        finally:
+            bar.close()
+
+    def counts(self, units: list[bytes]):
+        "Per order k, `(k, c, n, u in the training text, c, n, u in the unit's past)` of each byte of `units`."
+        stream, unit, first, scored = _stream(units)
+        pos = np.arange(len(stream))
+        for k, ctx, ok in _contexts(stream, first, scored, self.orders):
+            if k in self.exact:
+                per = self.exact[k].reshape(-1, 256)  # a row per context
+                s = _exact_pairs(np.r_[np.zeros(k, np.uint8), stream], pos + k, k)
+                trained = self.exact[k][s].astype(np.int64), per.sum(axis=1, dtype=np.int64)[s >> 8], \
+                    np.count_nonzero(per, axis=1)[s >> 8]
+            else:
+                trained = tuple(_spread(x, ok) for x in self.pairs[k].lookup(_keys(ctx, stream)[ok]))
+            yield k, *(np.where(ok, x, 0)[scored] for x in (*trained, *_own(ctx, stream, unit, ok)))
+
+def order_counts(train,  # uint8 training text (an array, or a reader sliced a chunk at a time: `corpus.data`)
+                 units: list[bytes],  # the units scored, each read as a stream from the start byte
+                 orders: int,  # contexts of 1 .. orders bytes
+                 n: int | None = None,  # bytes of training text in `train` (None: all of it)
+                 budget: int = MIX_BYTES,  # the most memory the pairs of all orders hold
+                 progress=None,  # progress(what, total) -> a bar (update, close) for the pass over the text
+                ):
+    "Per order k, `(k, c, n, u in the training text, c, n, u in the unit's past)` of each byte of the units."
+    yield from TextCounts(train, units, orders, n, budget, progress).counts(units)
+
+def count_bytes(n: int,  # bytes of training text
+                n_units: int,  # bytes of the units scored
+                orders: int,  # contexts of 1 .. orders bytes
+                budget: int = MIX_BYTES,  # the most memory the pairs hold
+               ) -> int:
+    "Memory `order_counts` needs at its peak: bitmaps, asked contexts, pairs (at most `budget`), tables, a chunk."
+    pairs = min(budget, 8 * max(orders - EXACT, 0) * min(n, 256 * n_units))
+    tables = sum(4 << (8 * (k + 1)) for k in range(1, min(EXACT, orders) + 1))
+    return orders * (min(1 << 23, 2 * n_units) + 8 * n_units) + pairs + tables + 96 * MIX_CHUNK + 160 * n_units
+
+def _spread(x: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    "Values of the positions where `ok`, in place; 0 elsewhere."
+    out = np.zeros(len(ok), dtype=np.int64)
+    out[ok] = x
+    return out
 
 # %% ../nbs/18bm_mix.ipynb #mx000011
 N_BUCKETS = 8  # the count at the highest order seen, in buckets of log2(count + 1): 1, 2-3, 4-7, ..., 128 and up
@@ -127,35 +267,59 @@ def chain_step(p, c_t, n_t, u_t, c_o, n_o, u_o, own, escape):
     seen = n > 0
     return p + seen * ((c + escape * u * p) / (n + escape * u + ~seen) - p)  # unseen: order k - 1's p
 
-def order0(train: np.ndarray, units: list[bytes]) -> np.ndarray:
+def order0(train,  # uint8 training text (an array, or a reader sliced a chunk at a time)
+           units: list[bytes],  # the units scored
+           n: int | None = None,  # bytes of training text in `train` (None: all of it)
+          ) -> np.ndarray:
     "p of each byte of the units from the training text's byte counts, plus one each."
-    counts = np.bincount(train, minlength=256).astype(np.float64)
+    n = len(train) if n is None else n
+    counts = sum((np.bincount(np.asarray(train[a:min(a + MIX_CHUNK, n)]), minlength=256)
+                  for a in range(0, n, MIX_CHUNK)), np.zeros(256, dtype=np.int64)).astype(np.float64)
     return (counts[np.frombuffer(b"".join(bytes(u) for u in units), dtype=np.uint8)] + 1) / (counts.sum() + 256)
 
-def buckets(n_any: np.ndarray,  # [K, N] counts of each byte's context at orders 1..K, training text and past
-            n_own: np.ndarray,  # [K, N] of them, in the unit's past
+def buckets(per_order,  # orders 1..K in turn: (each byte's context's count in the training text and past, in the past)
            ) -> tuple[np.ndarray, np.ndarray]:
     "The mixer's contexts: (highest order seen, log2 bucket of its count) as one index, highest order in the past."
-    ks = np.arange(1, len(n_any) + 1)[:, None]
-    top = np.max(np.where(n_any > 0, ks, 0), axis=0)
-    n_top = np.take_along_axis(np.concatenate([np.zeros_like(n_any[:1]), n_any]), top[None], 0)[0]
-    size = np.minimum(np.floor(np.log2(n_top + 1.0)).astype(np.int64), N_BUCKETS - 1)
-    return top * N_BUCKETS + size, np.max(np.where(n_own > 0, ks, 0), axis=0)
+    top, n_top, own_top = 0, 0, 0
+    for k, (a, o) in enumerate(per_order, 1):  # an order at a time: no [K, N] array is needed
+        top, n_top, own_top = np.where(a > 0, k, top), np.where(a > 0, a, n_top), np.where(o > 0, k, own_top)
+    size = np.minimum(np.floor(np.log2(np.asarray(n_top) + 1.0)).astype(np.int64), N_BUCKETS - 1)
+    return np.asarray(top) * N_BUCKETS + size, np.asarray(own_top)
 
 # %% ../nbs/18bm_mix.ipynb #mx000013
-def count_model(train: np.ndarray,  # uint8 training text
+def count_model(train,  # uint8 training text (an array, or a reader sliced a chunk at a time: `corpus.data`)
                 units: list[bytes],  # the units scored, each read as a stream from the start byte
                 mix: Mix,  # the count model's shape
+                n: int | None = None,  # bytes of training text in `train` (None: all of it)
+                progress=None,  # progress(what, total) -> a bar (update, close) for the pass over the text
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "(p of each byte of the units under the count model, the mixer's two contexts): one order at a time."
-    p, n_any, n_own = order0(train, units), [], []
-    for k, c_t, n_t, u_t, c_o, n_o, u_o in order_counts(train, units, mix.orders):
-        p = chain_step(p, c_t, n_t, u_t, c_o, n_o, u_o, mix.own[k - 1], mix.escape[k - 1])
-        n_any.append(n_t + n_o)
-        n_own.append(n_o)
-    if not n_any:
-        return p, np.zeros(len(p), dtype=np.int64), np.zeros(len(p), dtype=np.int64)
-    return (p, *buckets(np.stack(n_any), np.stack(n_own)))
+    text = TextCounts(train, units, mix.orders, n, progress=progress)  # one pass over the training text
+    out = []
+    for group in _groups(units, UNIT_GROUP):  # the units a group at a time: what is held per byte is a group's
+        p = order0(train, group, n)
+        def counted():  # each order's counts, folded into p as they come: nothing of all orders is held at once
+            nonlocal p
+            for k, c_t, n_t, u_t, c_o, n_o, u_o in text.counts(group):
+                p = chain_step(p, c_t, n_t, u_t, c_o, n_o, u_o, mix.own[k - 1], mix.escape[k - 1])
+                yield n_t + n_o, n_o
+        top, own = buckets(counted())
+        zero = np.zeros(len(p), dtype=np.int64)
+        out.append((p, zero + top, zero + own))
+    return tuple(np.concatenate([o[i] for o in out] + [np.zeros(0, dtype=t)]) for i, t in
+                 enumerate((np.float64, np.int64, np.int64)))
+
+UNIT_GROUP = 1 << 19  # `count_model` reads the units' counts for groups of whole units of about this many bytes
+
+def _groups(units: list[bytes], size: int) -> list[list[bytes]]:
+    "Consecutive whole units in groups of about `size` bytes (a longer unit alone)."
+    out, got = [[]], 0
+    for u in units:
+        if out[-1] and got + len(u) > size:
+            out, got = out + [[]], 0
+        out[-1].append(u)
+        got += len(u)
+    return [g for g in out if g]
 
 def mixed_bits(bits: list,  # the model's bits of each byte, one array per unit
                counted: tuple,  # `count_model` of the same units
