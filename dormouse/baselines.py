@@ -8,6 +8,7 @@ import bz2, hashlib, json, lzma, shutil, subprocess, sys, tempfile, threading, z
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+import numpy as np
 import pyppmd
 from tqdm.auto import tqdm
 from .data import Corpus, cache_dir, cache_write
@@ -40,7 +41,21 @@ def _codec(name: str) -> tuple:
     c = make[name]()
     return c.compress, c.flush
 
-def zpaq_size(*parts: bytes,  # written to one temporary file, in order
+def _chunks(part, size: int = 1 << 20):
+    "A part's bytes a chunk at a time: bytes as they are, or `(reader, lo, hi)` read from a file (`corpus.data`)."
+    if isinstance(part, tuple):
+        data, lo, hi = part
+        for a in range(lo, hi, size):
+            yield np.asarray(data[a:min(a + size, hi)]).tobytes()
+        return
+    view = memoryview(part)
+    for a in range(0, len(view), size):
+        yield view[a:a + size]
+
+def _size(part) -> int:
+    return part[2] - part[1] if isinstance(part, tuple) else len(part)
+
+def zpaq_size(*parts,  # bytes or (reader, lo, hi), written to one temporary file, in order
               stop=None,  # a threading.Event: set, the compressor is stopped and KeyboardInterrupt raised
              ) -> int:
     "Bytes of `zpaq a ARCHIVE FILE -m5` of the concatenation, less those of an archive of an empty file."
@@ -53,7 +68,8 @@ def zpaq_size(*parts: bytes,  # written to one temporary file, in order
             (Path(t) / name).mkdir()
             with open(Path(t) / name / "data", "wb") as f:
                 for raw in data:
-                    f.write(raw)
+                    for piece in _chunks(raw):
+                        f.write(piece)
             proc = subprocess.Popen([exe, "a", f"../{name}.zpaq", "data", "-m5", "-noattributes"], cwd=Path(t) / name,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             while proc.poll() is None:
@@ -70,7 +86,7 @@ def zpaq_size(*parts: bytes,  # written to one temporary file, in order
     return sizes[1] - sizes[0]
 
 def compressed_size(name: str,  # a compressor of `COMPRESSORS` ("PPMd H32": PPMd variant H, order 32)
-                    *parts: bytes,  # compressed as one stream, in order
+                    *parts,  # compressed as one stream, in order: bytes, or (reader, lo, hi) read a chunk at a time
                     bar=None,  # a tqdm bar to advance by the bytes read
                     chunk: int = 1 << 20,  # bytes fed per call
                     stop=None,  # a threading.Event: set, KeyboardInterrupt is raised between chunks
@@ -79,17 +95,16 @@ def compressed_size(name: str,  # a compressor of `COMPRESSORS` ("PPMd H32": PPM
     if name == "zpaq -m5":
         n = zpaq_size(*parts, stop=stop)
         if bar is not None:
-            bar.update(sum(len(p) for p in parts))
+            bar.update(sum(_size(p) for p in parts))
         return n
     (feed, flush), n = _codec(name), 0
     for raw in parts:
-        view = memoryview(raw)
-        for i in range(0, len(view), chunk):
+        for piece in _chunks(raw, chunk):
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
-            n += len(feed(view[i:i + chunk]))
+            n += len(feed(piece))
             if bar is not None:
-                bar.update(len(view[i:i + chunk]))
+                bar.update(len(piece))
     return n + len(flush())
 
 # %% ../nbs/03b_baselines.ipynb #9a01b0c2
@@ -155,12 +170,12 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
     p, pp = _entry_path("baselines", spec + [sha]), _entry_path("prefix", spec)
     entry, pre = _read_entry(p), _read_entry(pp).get("bits", {})
     raw = entry.get("bits", {})  # sizes by job: "xz -9e", "PPMd I16 +train", ...
-    prefix = bytes(corpus.data[0:corpus.n_train]) if thorough else b""
+    prefix = (corpus.data, 0, corpus.n_train)  # the training text, read a chunk at a time
     jobs = _jobs(stream, prefix, raw, pre, thorough)
     if jobs:
         show = sys.stderr.isatty() if progress is None else bool(progress)
         stop = threading.Event()
-        with tqdm(total=sum(len(x) for j in jobs for x in j[2]), unit="B", unit_scale=True, leave=False,
+        with tqdm(total=sum(_size(x) for j in jobs for x in j[2]), unit="B", unit_scale=True, leave=False,
                   desc="compressor baselines", disable=not show, file=sys.stderr) as bar, \
                 ThreadPoolExecutor(2 if thorough else 1) as pool:
             futs = [(fig, pool.submit(compressed_size, n, *parts, bar=bar, stop=stop)) for fig, n, parts in jobs]

@@ -11,6 +11,7 @@ from .validate import validate
 from .container import CheckpointError
 from .report import describe
 from .commit import CommitError
+from .budget import BudgetError
 from .data import CorpusError, corpus_for
 from .dist import dist_from_env
 from .infer import generate, load_model_weights
@@ -167,7 +168,7 @@ COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "i
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config
 # exit 1: what the run met (a damaged checkpoint, a corpus, a non-finite loss) and the OS's errors
 RUN_ERRORS = (CheckpointError, CommitError, CorpusError, TargetsError, TablesError, FloatingPointError, OSError,
-              UnicodeError)
+              UnicodeError, BudgetError, MemoryError)
 _OS_HINTS = {errno.ENOSPC: "free some space, then resume: the newest complete checkpoint is intact",
              errno.EACCES: "check the permissions, or choose another path", errno.EPERM: "check the permissions",
              errno.EROFS: "a read-only file system: choose another path",
@@ -193,6 +194,9 @@ def one_line(e: BaseException) -> str:
         text += f" ({_OS_HINTS[e.errno]})" if e.errno in _OS_HINTS else ""
     elif isinstance(e, UnicodeError):
         text = f"not UTF-8 text: {e}"
+    elif isinstance(e, MemoryError):  # a job the budget did not foresee: one line, not numpy's traceback
+        text = (f"out of memory ({type(e).__name__}{': ' + str(e)[:120] if str(e) else ''}): free memory, or set "
+                "DORMOUSE_MEMORY to what the kit may take so that a job that needs more is refused before it starts")
     else:
         text = str(e)
     parts = [s.strip() for s in text.splitlines() if s.strip()] or [type(e).__name__]

@@ -50,6 +50,7 @@ def codes_for(corpus: Corpus,  # the run's corpus: its training text is what `tr
               orders,  # the model's `match_orders` (empty: no codes)
               train: bool = False,  # the model's `match_train`: the codes also read the training text before a unit
               offsets=None,  # each unit's offset in the corpus, or None for a text outside it
+              progress=None,  # progress(what, total) -> a bar, for the corpus's coding if it is not cached
              ) -> list[np.ndarray] | None:
     "Each unit's codes as the score feeds them, [len(unit) + 1, orders]: the unit alone, or after the training text."
     if not orders or not train:
@@ -59,8 +60,8 @@ def codes_for(corpus: Corpus,  # the run's corpus: its training text is what `tr
     whole = [o is not None and ends.get(o) == o + len(u) for u, o in zip(units, offsets or [None] * len(units))]
     mine = corpus.match if corpus.match_train and tuple(corpus.match_orders) == tuple(orders) else None
     if any(whole) and mine is None:
-        mine = corpus_codes(corpus, list(orders), train=True)  # the corpus's codes, from its cache
-    rest = iter(text_codes(corpus, [u for u, w in zip(units, whole) if not w], list(orders)))
+        mine = corpus_codes(corpus, list(orders), True, progress)  # the corpus's codes, from its cache
+    rest = iter(text_codes(corpus, [u for u, w in zip(units, whole) if not w], list(orders), progress))
     none = np.full((1, len(orders)), MATCH_NONE, dtype=np.uint16)  # the start byte's: it is before the unit
     return [np.concatenate([none, mine[o:o + len(u)] if w else next(rest)])
             for u, o, w in zip(units, offsets or [None] * len(units), whole)]

@@ -12,7 +12,8 @@ from .config import ConfigError, TrainCfg
 from .data import Corpus, CorpusError
 from .heldout import (OUTSIDE_BYTES, SHARED_BYTES, near_copies, outside_sample, score_bytes, score_sample,
                               shared_bytes)
-from .mix import MIX, Mix, count_model, mixed_bits
+from .budget import BudgetError, check_memory, give_back
+from .mix import MIX, Mix, count_bytes, count_model, mixed_bits
 from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score
 
 # %% auto #0
@@ -156,18 +157,19 @@ def final_score(model,  # the run's `DormouseModel`
                 inloop: float | None = None,  # the last in-loop eval at `cfg.model.depth` (bits/byte, cold windows)
                 adapt: Adapt | None = None,  # also score adapting as it reads (e.g. `ADAPT`); None: static only
                 mix: Mix | None = MIX,  # None: the model's figures only, not mixed with counts
+                progress=None,  # progress(what, total) -> a bar (update, close) for each pass over the training text
                ) -> Scorecard:
     "The final held-out score: the model static (adapting too when asked), alone and mixed, beside every compressor."
     window, depth, orders, stride = cfg.seq_len, cfg.model.depth, cfg.model.match_orders, cfg.seq_len
     train = bool(orders) and cfg.model.match_train
     sample = score_sample(corpus)
     units = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units]
-    codes = codes_for(corpus, units, orders, train, [o for _, o, _ in sample.units])
+    codes = codes_for(corpus, units, orders, train, [o for _, o, _ in sample.units], progress)
     static, adaptive = adaptive_bits(model, tables, units, window, stride, depth, codes, adapt) if adapt else \
         (byte_bits(model, tables, units, window, stride, depth, codes), None)
     how = dict(window=window, stride=stride, depth=depth, orders=orders, train=train)
     held = make_score(static, units, sample, sample.n_units, **how)
-    masks = shared_bytes(corpus, sample.units)
+    masks = shared_bytes(corpus, sample.units, progress=progress)
     on, bits = np.concatenate(masks), np.concatenate(static)
     near = near_copies(masks)
     keep = [i for i, f in enumerate(near) if not f]
@@ -175,11 +177,15 @@ def final_score(model,  # the run's `DormouseModel`
                          len(keep), **how) if any(near) and keep else None
     outside = outside_sample(corpus, min(OUTSIDE_BYTES, score_bytes()))
     texts = list(outside.texts)
-    o_bits = byte_bits(model, tables, texts, window, stride, depth, codes_for(corpus, texts, orders, train)) \
+    o_bits = byte_bits(model, tables, texts, window, stride, depth, codes_for(corpus, texts, orders, train, None,
+                                                                              progress)) \
         if texts else None
     mixed = [None] * 4
     if mix is not None:  # one count model for the held-out sample and the outside sample: one pass over the text
-        counted = count_model(np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8), units + texts, mix)
+        check_memory(count_bytes(corpus.n_train, sum(map(len, units + texts)), mix.orders), "the count model's counts",
+                     "lower DORMOUSE_SCORE_BYTES (the held-out sample), or set DORMOUSE_SCORE_MIX=0 (no count mix)")
+        counted = count_model(corpus.data, units + texts, mix, corpus.n_train, progress)
+        give_back()  # the counts' memory
         cut = sum(len(u) for u in units)
         held_c, out_c = tuple(x[:cut] for x in counted), tuple(x[cut:] for x in counted)
         best = mixed_bits(static, held_c, mix)
@@ -207,6 +213,7 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
                   rows,  # the run's metrics frame: its last in-loop eval is set beside the score
                   ckpt: str,  # the name of the run's last checkpoint, for the message after Ctrl-C
                   log=print,  # where the start of the score is said
+                  progress=None,  # progress(what, total) -> a bar (update, close) for each pass over the training text
                  ) -> tuple[Scorecard | None, str]:
     "The final score of a finished run, or None and why not; Ctrl-C stops the score, never the run."
     try:
@@ -218,8 +225,8 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
         adapt = ADAPT if os.environ.get("DORMOUSE_SCORE_ADAPT", "").strip() == "1" else None  # 1: adapting too (slower)
         log(f"scoring the held-out sample like a compressor, static{' and adapting' if adapt else ''} "
             f"({cfg.seq_len}-byte windows)" + (", alone and mixed with counts" if mix else "") + " ...")
-        return final_score(model, tables, corpus, cfg, inloop, adapt=adapt, mix=mix), ""
+        return final_score(model, tables, corpus, cfg, inloop, adapt=adapt, mix=mix, progress=progress), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"
-    except (CorpusError, ConfigError, OSError) as e:  # the run is intact: say why there is no score
+    except (CorpusError, ConfigError, BudgetError, OSError) as e:  # the run is intact: say why there is no score
         return None, f"no final score: {e}"

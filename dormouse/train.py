@@ -27,7 +27,7 @@ from .targets import open_targets
 from .rundir import (MetricsLog, RunLock, RunPaths, keep_rows_before, mark_segment, metrics_frame,
                              refuse_fresh_over_history, rows_before, write_jsonl)
 from .track import Feed, select_trackers
-from .view import Progress
+from .view import Progress, prep_progress
 from .scorecard import run_scorecard
 
 # %% auto #0
@@ -48,9 +48,11 @@ def fit_args(cfg: TrainCfg, device, progress, verify_steps, trackers) -> tuple[T
     device = check_device(device if device is not None else os.environ.get(where) or "cpu", where)
     return validate(cfg), device, select_trackers(trackers)
 
-def pin_inputs(cfg: TrainCfg) -> tuple[TrainCfg, Corpus, object]:
+def pin_inputs(cfg: TrainCfg,
+               progress=None,  # progress(what, total) -> a bar for the corpus's preparation (`view.prep_progress`)
+              ) -> tuple[TrainCfg, Corpus, object]:
     "Load the corpus (and offline targets); pin their hashes in the plan, or refuse bytes other than the run's."
-    corpus = corpus_for(cfg)  # refuses bytes other than a pinned data_sha256's
+    corpus = corpus_for(cfg, progress=progress)  # refuses bytes other than a pinned data_sha256's
     cfg = dataclasses.replace(cfg, data_sha256=corpus.sha256)
     if not (cfg.aux and cfg.jepa_targets):
         return cfg, corpus, None
@@ -284,7 +286,8 @@ def fit(cfg: TrainCfg,  # the plan
     with process_group(dist_info, device) as device, one_run_per_process(), run_scope(cfg.threads, device), \
             hold_run_dir(paths, resume, dist_info), contextlib.ExitStack() as owned:
         # pin the inputs, open the segment (fresh with probes, resumed after its replay, or refused), then the helpers
-        cfg, corpus, targets = pin_inputs(cfg)
+        prep = prep_progress(progress is not False and dist_info.lead)  # the corpus's bars: built, hashed, coded
+        cfg, corpus, targets = pin_inputs(cfg, prep)
         owned.callback(corpus.data.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info, targets=targets, verify_steps=verify_steps)
@@ -317,7 +320,7 @@ def fit(cfg: TrainCfg,  # the plan
                     break
             # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0)
             close_loop(seg, log, ui, commits, dist_info)
-        return attach_score(close_segment(seg, stopped, stop.signum), seg, corpus, cfg, score, stopped)
+        return attach_score(close_segment(seg, stopped, stop.signum), seg, corpus, cfg, score, stopped, prep)
 
 # %% ../nbs/22_train.ipynb #7fba7c03
 def close_segment(seg: Segment,
@@ -338,11 +341,13 @@ def close_segment(seg: Segment,
 def attach_score(df: pd.DataFrame, seg: Segment, corpus: Corpus, cfg: TrainCfg,
                  score: bool,  # asked for: `fit(score=True)`
                  stopped: bool,  # the loop stopped on a signal: not the finished run
+                 progress=None,  # progress(what, total) -> a bar for the score's passes over the training text
                 ) -> pd.DataFrame:
     "With `score`: `df` with a finished run's final held-out score in `attrs['score']` (else None; why: `score_note`)."
     if not score:
         return df  # not asked for: the attrs say how the segment ended, nothing more
     done = not stopped and seg.lead and seg.parts.step == cfg.steps  # the last checkpoint is on disk
     df.attrs["score"], df.attrs["score_note"] = run_scorecard(
-        seg.parts.model, seg.parts.tables, corpus, cfg, df, seg.paths.checkpoints()[-1].name) if done else (None, "")
+        seg.parts.model, seg.parts.tables, corpus, cfg, df, seg.paths.checkpoints()[-1].name,
+        progress=progress) if done else (None, "")
     return df

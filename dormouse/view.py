@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
+from .budget import size_text
 from .config import ConfigError, cfg_from_dict, read_snapshot
 from .baselines import COMPRESSORS, compressor_baselines
 from .data import CorpusError, corpus_for
 from .rundir import RunDirError, RunPaths, iter_metrics, read_lineage
 
 # %% auto #0
-__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'run_baselines', 'Trace', 'plot_run',
-           'Comparison', 'compare_runs']
+__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'PrepBar', 'prep_progress', 'run_baselines',
+           'Trace', 'plot_run', 'Comparison', 'compare_runs']
 
 # %% ../nbs/21_view.ipynb #ebadca6f
 def in_notebook() -> bool:
@@ -172,6 +173,46 @@ class Progress:
             self.panel.update(self.line, self.done, rows, force=True)
         if self.bar is not None:
             self.bar.close()
+
+# %% ../nbs/21_view.ipynb #prep0002
+class PrepBar:
+    "One preparation's progress in bytes: a tqdm bar (rate, time left) where one shows, and a line when it ends."
+    def __init__(self, what: str,  # the job, as the bar and the line name it
+                 total: int,  # bytes it will read
+                 kind: str,  # 'notebook', 'terminal' or 'lines' (`output_kind`)
+                 stream,  # where the bar and the line go
+                ):
+        self.what, self.total, self.stream, self.done, self.t0 = what, total, stream, 0, time.time()
+        bar = tqdm if kind == "terminal" else None
+        if kind == "notebook":
+            from tqdm.auto import tqdm as bar  # the notebook's widget: optional, as Jupyter is
+        self.bar = None if bar is None else bar(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024,
+                                                leave=False, file=stream, dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        "n more bytes read."
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        "The bar closed; the line said if the job took a second or more."
+        if self.bar is not None:
+            self.bar.close()
+        took = time.time() - self.t0
+        if took >= 1.0:
+            print(f"{self.what}: {size_text(self.done)} in {took:.1f} s ({size_text(int(self.done / took))}/s)",
+                  file=self.stream, flush=True)
+
+def prep_progress(show: bool = True,  # False: no bar, no line (`progress` None)
+                  stream=None,  # where they go (None: sys.stderr)
+                 ):
+    "The `progress` a preparation takes: (what, total bytes) -> a `PrepBar`; None when not shown."
+    if not show:
+        return None
+    stream = sys.stderr if stream is None else stream
+    kind = output_kind(stream)
+    return lambda what, total: PrepBar(what, total, kind, stream)
 
 # %% ../nbs/21_view.ipynb #e21578c1
 def run_baselines(run_dir) -> dict | None:
