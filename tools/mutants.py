@@ -932,8 +932,8 @@ MUTANTS = [
     Mutant(
         "match_codes_peek_at_the_next_byte",
         "a match code names the byte after the current one: the model reads the byte it must predict",
-        [edit("match.py", "out[cur[ok], oi] = raw[last[ok] + 1]",
-              "out[cur[ok], oi] = raw[np.minimum(cur[ok] + 1, n - 1)]")],
+        [edit("match.py", "code[cur] = np.where(unit[prev] == unit[cur], nxt[prev], MATCH_TRAIN + nxt[prev])",
+              "code[cur] = np.where(unit[prev] == unit[cur], nxt[cur], MATCH_TRAIN + nxt[prev])")],
         ["nbs/02b_match.ipynb"],
     ),
     Mutant(
@@ -945,7 +945,7 @@ MUTANTS = [
     Mutant(
         "match_cache_trusted_unchecked",
         "a damaged match-code cache entry is read as the codes: the model trains on bytes the corpus does not have",
-        [edit("data.py", 'xxhash.xxh3_64_hexdigest(blob) == meta["xxh3_64"]', "True")],
+        [edit("data.py", '_digest(cache_dir() / f"{key}.{x}") == meta[x]', "x in meta")],
         [DATA_NB],
     ),
     Mutant(
@@ -1201,7 +1201,7 @@ MUTANTS = [
     Mutant(
         "mix_context_reads_the_byte",
         "the count model's context is the k bytes ending at the byte it predicts, not before it: it reads the byte",
-        [edit("mix.py", "ctx = np.r_[np.uint64(0), hs[:-1]]", "ctx = hs")],
+        [edit("mix.py", "yield k, np.r_[np.uint64(0), hs[:-1]], ", "yield k, hs, ")],
         [MIX_NB],
     ),
     Mutant(
@@ -1295,8 +1295,50 @@ MUTANTS = [
     Mutant(
         "train_codes_read_held_out_text",
         "a held-out file's codes also read the held-out files before it: the score reads text that is not the past",
-        [edit("match.py", "np.where(o < n_train - 1, at, -1)", "np.where(o < n - 1, at, -1)")],
+        [edit("match.py", "None if train is None else train[x], learn, n_src, not learn)",
+              "None if train is None else train[x], learn, n_src, False)")],
         ["nbs/02b_match.ipynb"],
+    ),
+    # issue 51: a corpus of any size in bounded memory (match's blocks and tables, the streamed count model and overlap)
+    Mutant(
+        "train_codes_source_the_held_out_byte",
+        "the training text's last byte is a source: the tables a held-out file reads name the first held-out byte",
+        [edit("match.py", "n_src = m - (units[j - 1][0] + (b or units[j - 1][1]) == last)", "n_src = m")],
+        ["nbs/02b_match.ipynb"],
+    ),
+    Mutant(
+        "match_table_drops_the_front",
+        "a new string in a bucket drops the one at its front, not its back: a bucket forgets what it saw last",
+        [edit("match.py", "        self.slots[bo[one] + 1] = np.where(keep, was, self.slots[bo[one] + 1])\n", "")],
+        ["nbs/02b_match.ipynb"],
+    ),
+    Mutant(
+        "match_table_check_ignored",
+        "a slot's string is not checked: a string that shares a slot reads another string's next byte",
+        [edit("match.py", "hit = np.where((first & np.uint32(0xFFFFFF00)) == want,",
+              "hit = np.where((first & _USED) != 0,")],
+        ["nbs/02b_match.ipynb"],
+    ),
+    Mutant(
+        "overlap_misses_strings_across_chunks",
+        "the training text's strings that cross a chunk's start are never looked up: shared bytes go unseen",
+        [edit("heldout.py", "lo, b = max(0, a - k + 1), min(a + READ_CHUNK, corpus.n_train)",
+              "lo, b = a, min(a + READ_CHUNK, corpus.n_train)")],
+        [HELDOUT_NB],
+    ),
+    Mutant(
+        "mix_budget_ignored",
+        "a full count model goes on adding pairs: its memory grows with the training text after all",
+        [edit("mix.py", "                p.merge()  # the exact number held: is it full?\n"
+                         "            closed = sum(p.nbytes() for p in pairs.values()) > budget\n",
+              "                p.merge()  # the exact number held: is it full?\n            closed = False\n")],
+        [MIX_NB],
+    ),
+    Mutant(
+        "corpus_coded_without_the_memory_check",
+        "the match codes start without asking for their memory: a corpus too big is a raw MemoryError half-way",
+        [edit("data.py", '    check_memory(need, what, "train with fewer model.match_orders")\n', "")],
+        ["tests/test_corpus_scale.py::test_a_request_that_cannot_fit_is_refused_in_one_line_and_leaves_nothing"],
     ),
     Mutant(
         "near_copies_kept",
