@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #faa93b45
 from __future__ import annotations
-import contextlib, dataclasses, fcntl, hashlib, json, math, os, sys, sysconfig
+import atexit, contextlib, dataclasses, fcntl, hashlib, json, math, os, shutil, sys, sysconfig, tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -31,9 +31,25 @@ READ_CHUNK = 1 << 22  # bytes read at a time when a corpus is built, hashed or c
 class CorpusError(ValueError):
     "A corpus that cannot be trained on, naming the path and what is needed."
 
+_STAND_IN: list = []  # this process's temporary cache, made the first time the configured one cannot be written
+
 def cache_dir() -> Path:
-    "Where built corpora and compressor baselines are cached: $DORMOUSE_CACHE, else ~/.cache/dormouse."
-    return Path(os.environ.get("DORMOUSE_CACHE") or Path.home() / ".cache" / "dormouse")
+    "Where corpora are prepared and kept: $DORMOUSE_CACHE, else ~/.cache/dormouse; if unwritable, a temporary one."
+    want = Path(os.environ.get("DORMOUSE_CACHE") or Path.home() / ".cache" / "dormouse")
+    try:
+        want.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(want, os.W_OK | os.X_OK) else "not writable"
+    except OSError as e:
+        problem = e.strerror
+    if problem is None:
+        return want
+    if not _STAND_IN:  # a run needs its match codes on disk: an unwritable cache costs the cache, not the run
+        _STAND_IN.append(Path(tempfile.mkdtemp(prefix="dormouse-cache-")))
+        atexit.register(shutil.rmtree, _STAND_IN[0], True)
+        print(f"dormouse: the cache {want} cannot be used ({problem}): this process prepares its corpus in "
+              f"{_STAND_IN[0]}, deleted when it ends; set DORMOUSE_CACHE to a writable directory to keep what it "
+              "prepares", file=sys.stderr)
+    return _STAND_IN[0]
 
 def cache_write(path: Path, data) -> None:
     "Write a cache entry atomically and durably (fsio's one writer; `data`: bytes, or a function that writes them)."

@@ -6,10 +6,12 @@ finished run into a failed one.
 """
 
 import re
+from pathlib import Path
 
 import pytest
 
 import dormouse.baselines as baselines_mod
+import dormouse.data as data_mod
 from dormouse.cli import main
 from dormouse.baselines import QUICK, compressor_baselines
 from dormouse.data import load_corpus
@@ -77,10 +79,13 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
 
 def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatch, tmp_path):
     _, cfg, _ = run
-    monkeypatch.setenv("DORMOUSE_CACHE", "/dev/null/x")  # cannot be a directory; a single-file corpus needs no build
+    monkeypatch.setenv("DORMOUSE_CACHE", "/dev/null/x")  # cannot be a directory
+    monkeypatch.setattr(data_mod, "_STAND_IN", [])  # this process has no stand-in yet: it makes one and says so
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
     cap = capsys.readouterr()
-    assert "the compressor baselines were not cached" in cap.err and "DORMOUSE_CACHE" in cap.err
+    assert "the cache /dev/null/x cannot be used (Not a directory): this process prepares its corpus in " in cap.err
+    assert "set DORMOUSE_CACHE to a writable directory" in cap.err
+    assert data_mod.cache_dir() == data_mod._STAND_IN[0] and list(Path(data_mod._STAND_IN[0]).glob("match-*.bin"))
     assert "  on the same bytes " in cap.out and RunPaths(tmp_path / "r").checkpoints()
 
 
