@@ -306,6 +306,12 @@ class Corpus:
     def n_held(self) -> int:
         return len(self.data) - self.n_train
 
+    def close(self) -> None:
+        "Close its files (the bytes, the codes): a run that ended must not hold them open."
+        self.data.close()
+        if self.match is not None:
+            self.match.close()
+
     def _rows(self, idx: np.ndarray):
         xy = torch.from_numpy(np.asarray(self.data[idx], dtype=np.int64))
         return xy[:, :-1].contiguous(), xy[:, 1:].contiguous()

@@ -288,7 +288,7 @@ def fit(cfg: TrainCfg,  # the plan
         # pin the inputs, open the segment (fresh with probes, resumed after its replay, or refused), then the helpers
         prep = prep_progress(progress is not False and dist_info.lead)  # the corpus's bars: built, hashed, coded
         cfg, corpus, targets = pin_inputs(cfg, prep)
-        owned.callback(corpus.data.close)  # closed on every way out: a failed fit keeps no file open
+        owned.callback(corpus.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info, targets=targets, verify_steps=verify_steps)
         probes, t0, stopped = pre_batches(cfg), time.time(), False
