@@ -37,7 +37,7 @@ def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_w
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(CFG, run, resume=True, progress=False, verify_steps=4)
     seg = read_lineage(run)[-1]
-    assert seg["replayed"] == {"from_step": 10, "to_step": 14, "losses": 4, "fingerprints": 1}
+    assert seg["replayed"] == {"from_step": 10, "to_step": 14, "interval": [10, 20], "losses": 4, "fingerprints": 1}
     assert seg["unverified"] is None and seg["env_verified"] is None and not seg["env_waived"]
     assert_same_run(ref, run)
 
@@ -45,8 +45,8 @@ def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_w
 def test_a_changed_record_still_replays_the_whole_interval(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False, verify_steps=4)
-    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
-                                             "keys": ["threads"]}
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "interval": [10, 20], "losses": 10,
+                                                     "fingerprints": 3, "keys": ["threads"]}
 
 
 def test_a_resume_after_flipping_an_sdpa_switch_is_refused_naming_the_step(ref, tmp_path):
@@ -94,8 +94,8 @@ def test_a_checkpoint_of_another_kit_version_is_replayed_not_trusted(ref, tmp_pa
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
     rewrite_ckpt(p, env={**load_ckpt(p).env, "dormouse": "0.0.9"})
     fit(CFG, run, resume=True, progress=False)
-    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
-                                             "keys": ["dormouse"]}
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "interval": [10, 20], "losses": 10,
+                                                     "fingerprints": 3, "keys": ["dormouse"]}
     run2 = stopped_at(ref, tmp_path / "run2", 20)
     p2 = RunPaths(run2).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(p2).evidence

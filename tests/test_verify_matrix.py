@@ -47,7 +47,8 @@ def test_a_resume_across_one_and_three_threads_is_judged_by_the_replay(threads, 
         return
     seg = read_lineage(run)[-1]
     assert seg["env_drift"] == {"threads": [a, b]} and not seg["env_waived"]
-    assert seg["env_verified"] == {"from_step": 0, "to_step": 10, "losses": 10, "fingerprints": 3, "keys": ["threads"]}
+    assert seg["env_verified"] == {"from_step": 0, "to_step": 10, "interval": [0, 10], "losses": 10, "fingerprints": 3,
+                                   "keys": ["threads"]}
     assert_same_run(ref, run)  # verified: the interval's bits are the one-thread run's, and so is what follows
 
 
