@@ -159,7 +159,10 @@ def row_disagrees(row: dict, recorded: dict,
                   keys=None,  # the columns to compare (None: every one `recorded` holds)
                  ) -> str:
     "How a step differs from its record, in words, column by column (`differing`); \"\" if equal."
-    return "; ".join(f"{k} {recorded.get(k)!r} recorded, {row.get(k)!r} {did}" for k in differing(row, recorded, keys))
+    def shown(k, v):  # a value as the difference says it: a fingerprint bare, anything else as Python writes it
+        return v if k == "fingerprint" else repr(v)
+    return "; ".join(f"{k} {shown(k, recorded.get(k))} recorded, {shown(k, row.get(k))} {did}"
+                     for k in differing(row, recorded, keys))
 
 # %% ../nbs/21a_evidence.ipynb #4483dcba
 def row_check(row: dict) -> str:

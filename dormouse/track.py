@@ -159,6 +159,7 @@ class Feed:
         self.off = {}  # {tracker name: where it failed, and why}
         self.start = self.last = None  # the segment's first step; the last step the loop fed
         self.busy = None  # (tracker name, where): the call the thread is in, if any
+        self.untold = []  # [(tracker name, why)] switched off, the others not yet told
         self.thread = None
 
     def __enter__(self):
@@ -225,26 +226,33 @@ class Feed:
             return True, getattr(t, method)(*args)
         except BaseException as e:  # anything a tracker raises, SystemExit included, is the tracker's failure
             self.busy = None
-            self._switch_off(t, f"{where}: {_why(e)}", step)
+            self._switch_off(t, f"{where}: {_why(e)}")
             return False, None
         finally:
             self.busy = None
 
-    def _switch_off(self, t, why: str, step: int) -> None:
-        "Close a failed tracker (what that raises is ignored), never call it again, queue its report, tell the others."
+    def _switch_off(self, t, why: str) -> None:
+        "Close a failed tracker (what that raises is ignored), never call it again; its report and the others' mark."
         self.trackers.remove(t)
         try:
             t.close("failed")
         except BaseException:
             pass  # it has failed already: what it does on the way out changes nothing
         self.failures.put((tracker_name(t), why))
-        self._each("mark tracker off", step, "mark", "tracker off", step, f"{tracker_name(t)} switched off ({why})")
+        self.untold.append((tracker_name(t), why))
+
+    def _tell(self, step: int) -> None:
+        "Tell the live trackers of each one switched off since (after a round of calls: none is told before its open)."
+        while self.untold:
+            name, why = self.untold.pop(0)
+            self._each("mark tracker off", step, "mark", "tracker off", step, f"{name} switched off ({why})")
 
     def _each(self, where: str, step: int, method: str, *args) -> None:
         "Call `method` on every live tracker; one that raises is closed and switched off, and the others told."
         for t in list(self.trackers):
             if t in self.trackers:
                 self._call(t, where, step, method, *args)
+        self._tell(step)
 
     def _catch_up(self, run: RunInfo) -> None:
         "Each tracker's rows of metrics.jsonl after the last step its store holds and before the segment's first."
@@ -264,7 +272,8 @@ class Feed:
         except Exception as e:  # metrics.jsonl unreadable: the views it cannot complete are switched off, and said
             for t, _ in since:
                 if t in self.trackers:
-                    self._switch_off(t, f"catch up: metrics.jsonl: {_why(e)}", run.start)
+                    self._switch_off(t, f"catch up: metrics.jsonl: {_why(e)}")
+        self._tell(run.start)
 
     def _report(self) -> None:
         "Say each newly failed tracker once (stderr) and mark it in lineage.jsonl."

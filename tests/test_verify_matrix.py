@@ -42,7 +42,7 @@ def test_a_resume_across_one_and_three_threads_is_judged_by_the_replay(threads, 
         fit(dataclasses.replace(CFG, threads=b), run, resume=True, progress=False)
     except EnvDriftError as e:  # this CPU's bits differ: refused, naming the key and the first differing step
         assert f"threads: {a} -> {b}" in str(e), e
-        assert re.search(r"does not reproduce the run: step \d+: (loss|fingerprint) ", str(e)), e
+        assert re.search(r"does not reproduce the run: step \d+: [a-z_0-9]+ ", str(e)), e  # its first differing column
         assert [p.name for p in RunPaths(run).checkpoints()] == before == ["step_000010.dmck"]
         return
     seg = read_lineage(run)[-1]
