@@ -3,13 +3,12 @@ trusts it, whatever the environment record says (an SDPA switch flipped in a not
 code is environment (an edited exported module is refused naming the step, a comment-only edit resumes, verified);
 and `dormouse verify` proves the curve a reader sees (an edited row fails, resealed or not)."""
 
-import dataclasses, json, os, shutil, subprocess, sys, textwrap
+import dataclasses, json, os, subprocess, sys, textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-import dormouse
 from dormouse.cli import main
 from dormouse.config import ConfigError
 from dormouse.container import load_ckpt
@@ -19,7 +18,7 @@ from dormouse.numerics import EnvDriftError, kit_code, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl, read_lineage
-from dormouse.testing import assert_same_run, rewrite_ckpt, stopped_at, tiny_cfg
+from dormouse.testing import assert_same_run, rewrite_ckpt, source_copy, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
@@ -122,10 +121,9 @@ def test_a_killed_run_resumed_with_another_log_every_is_the_same_run(ref, tmp_pa
 
 
 def _kit_copy(tmp_path) -> Path:
-    "A copy of the installed kit's modules, to edit as a user edits a notebook and re-exports it."
+    "A copy of the kit (its notebooks too, from source), to edit as a user edits a notebook and re-exports it."
     root = tmp_path / "kit"
-    shutil.copytree(Path(dormouse.__file__).parent, root / "dormouse", ignore=shutil.ignore_patterns("__pycache__"))
-    assert kit_code(root / "dormouse") == kit_code()
+    assert kit_code(source_copy(root)) == kit_code()
     return root
 
 
@@ -196,8 +194,9 @@ def test_verify_names_missing_and_duplicated_rows_and_says_what_it_covered(ref, 
     assert got.status == "differs" and got.curve.disagree["missing: the evidence has the step, the curve does not"] \
         == [5] and got.curve.disagree["duplicated: the step is logged twice"] == [20]
     ok = verify(ref, progress=False, log=lambda m: None)
-    assert ok.coverage() == ["replayed: 30 of the run's 30 steps reproduced bit for bit",
-                             "curve: 30 of 30 logged steps compared with the evidence; every one agrees"]
+    assert ok.coverage()[:2] == ["replayed: 30 of the run's 30 steps reproduced bit for bit",
+                                 "curve: 30 of 30 logged steps compared with the evidence; every one agrees"]
+    assert ok.coverage()[2].startswith("columns compared with the evidence: loss, bf16, ce, depth, eval_cold_bpb_d1, ")
 
 
 def test_verify_of_a_run_with_a_corrupt_newest_checkpoint_exits_non_zero(ref, tmp_path):
@@ -248,7 +247,10 @@ def test_verify_bad_arguments_are_one_line_before_any_output(ref, args, says, ca
     (lambda run: fit(tiny_cfg(), run, progress="x"), "progress='x'"),
     (lambda run: fit(tiny_cfg(), run, verify_steps="a"), "verify_steps='a': use an integer >= 1"),
     (lambda run: fit(tiny_cfg(), run, verify_steps=0), "verify_steps=0"),
-], ids=["dict", "None", "model dict", "device 0", "progress x", "verify_steps a", "verify_steps 0"])
+    (lambda run: fit(tiny_cfg(), run, trackers=42), "trackers=42: use \"tensorboard\""),
+    (lambda run: fit(tiny_cfg(), run, trackers=""), "trackers='' names no tracker"),
+], ids=["dict", "None", "model dict", "device 0", "progress x", "verify_steps a", "verify_steps 0", "trackers 42",
+        "trackers empty"])
 def test_fit_refuses_each_bad_argument_in_one_line_naming_it(tmp_path, call, says):
     with pytest.raises(ConfigError) as e:
         call(tmp_path / "run")
