@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_dist.ipynb #fe1ec5aa
 from __future__ import annotations
-import contextlib, json, os, threading, warnings
+import contextlib, json, os, re, threading, warnings
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
@@ -188,7 +188,8 @@ def collective(what: str,  # the collective, in words, for the message
     try:
         yield
     except RuntimeError as e:  # gloo's and nccl's errors (DistBackendError, DistNetworkError) are RuntimeErrors
-        said = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        said = re.sub(r"^\[[^\]]*\]\s*", "", (str(e).strip().splitlines() or [type(e).__name__])[0])  # no source path
+        said = said.split(". ")[0][:160]  # its first sentence: "Read error [...]: Connection reset by peer"
         raise PeerLostError(f"rank {dist_info.rank}: {what} with the other {dist_info.world - 1} rank(s) failed "
                             f"({said}): another rank stopped or was killed, and this one cannot go on alone. The "
                             "newest complete checkpoint is intact: resume with every rank (torchrun ... --resume)"
