@@ -13,7 +13,7 @@ from .numerics import (MODE_ADVICE, THREAD_INVARIANT, EnvDriftError, drift_lines
                                refuse_incomparable)
 from .dist import DistInfo
 from .parts import Parts, build_parts, restore
-from .step import Looks, agreed_fingerprint, run_probes, run_step
+from .step import Looks, agreed_fingerprint, run_probes, run_steps
 from .checkpoints import ckpt_name, load_run_ckpt
 from .evidence import Evidence, EvidenceError, container_evidence, row_disagrees
 
@@ -73,10 +73,9 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
     if fp != ev.start_fingerprint:
         return Replayed(ev.start, ev.start, 0, 1, f"{at}: fingerprint {ev.start_fingerprint} recorded, {fp} here",
                         ev.start, end=ev.end)
-    looks, n_fp = EvidenceLooks(ev), 1
-    for step in range(ev.start, stop):
-        row = run_step(parts, corpus, cfg, step, looks, device=device, di=di, targets=targets)  # the loop's step
-        n_fp += bool(row["fingerprint"])
+    n_fp = 1
+    for row in run_steps(parts, corpus, cfg, ev.start, stop, EvidenceLooks(ev), device=device, di=di, targets=targets):
+        step, n_fp = row["step"], n_fp + bool(row["fingerprint"])  # the loop fit runs, looking where the run looked
         if what := row_disagrees(row, ev.row(step), "replayed"):
             return Replayed(ev.start, step, step - ev.start + 1, n_fp, f"step {step}: {what}", step, end=ev.end)
         if on_step is not None:

@@ -18,7 +18,7 @@ from .numerics import check_device, numeric_env, run_scope
 from .dist import (DistInfo, agree_max, barrier, check_same_env, dist_from_env, one_run_per_process,
                            process_group)
 from .parts import Parts, build_parts, ran_forward, to_run_state
-from .step import Looks, agreed_fingerprint, check_world, pre_batches, run_probes, run_step
+from .step import Looks, agreed_fingerprint, check_world, pre_batches, run_probes, run_steps
 from .checkpoints import CorpusChangedError, corpus_stamp, make_identity, new_run_id
 from .evidence import Overlap, Recorder, seal
 from .replay import VERIFY_STEPS, check_verify_steps
@@ -324,18 +324,18 @@ def fit(cfg: TrainCfg,  # the plan
         owned.enter_context(feed)  # told of the run's end, or of its failure, on every way out
         with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
             looks = LoopLooks(cfg, seg.overlap, stop, dist_info, device)  # eval, fingerprint, stop: when, agreed
-            for step in range(seg.start, cfg.steps):
-                commits.check()  # a failed background commit raises here, at the step boundary
-                # one step, by the function the replay runs too: batch step + pre_batches, forward, backward, update;
-                # then held-out eval and the state fingerprint where the loop looks (its cadences), then the row
-                row = run_step(seg.parts, corpus, cfg, step, looks, device=device, di=dist_info, targets=targets)
+            # each step by the loop the replay runs too: batch step + pre_batches, forward, backward, update; then
+            # held-out eval and the state fingerprint where this loop looks (its cadences); then its row, here
+            for row in run_steps(seg.parts, corpus, cfg, seg.start, cfg.steps, looks, device=device, di=dist_info,
+                                 targets=targets):
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment
                 log_row(seg, row, log, ui, feed)  # compared (re-trained), sealed, kept, logged, fed, shown
                 # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
-                if looks.save_now(step):
+                if looks.save_now(row["step"]):
                     checkpoint(seg, log, commits, dist_info)
                 if looks.stopped:
                     break
+                commits.check()  # a failed background commit raises here, at the step boundary
             # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0)
             close_loop(seg, log, ui, commits, dist_info)
         return attach_score(close_segment(seg, looks.stopped, stop.signum), seg, corpus, cfg, score,

@@ -184,9 +184,9 @@ MUTANTS = [
         [
             edit(
                 "train.py",
-                "row = run_step(seg.parts, corpus, cfg, step, looks,",
-                "row = run_step(seg.parts, corpus, dataclasses.replace(cfg, warmup_forwards=False) if seg.start "
-                "else cfg, step, looks,",
+                "for row in run_steps(seg.parts, corpus, cfg, seg.start,",
+                "for row in run_steps(seg.parts, corpus, dataclasses.replace(cfg, warmup_forwards=False) if seg.start "
+                "else cfg, seg.start,",
             )
         ],
         [CRASH],
