@@ -62,8 +62,8 @@ KIT = {str(Path(dormouse.__file__).parent) + os.sep, str(Path(dormouse.__file__)
 def no_dormouse_traceback(r) -> bool:
     """No frame of the kit's own modules in the output, wherever the checkout lives and whatever it is called
     (torchrun's own report of a failed rank carries its frames, under a checkout's .venv named dormouse too)."""
-    frames = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.lstrip().startswith("File ")]
-    return not any(f'"{k}' in ln for ln in frames for k in KIT)
+    frames = re.findall(r'File "([^"]+)"', r.stderr or r.stdout)  # torchrun prefixes a rank's lines: "[rank0]: "
+    return not any(f.startswith(k) for f in frames for k in KIT)
 
 
 @pytest.fixture(scope="module")

@@ -140,12 +140,21 @@ def _resume_with(kit: Path, run: Path):
 
 
 def test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes(ref, tmp_path):
+    """Issue 55's repro: an off-by-one edit of the data index in the loop fit runs (`step.run_steps`, which the
+    replay runs too), then a resume: refused naming step 10. Issue 39's: the GELU's tanh form in model.py."""
     kit = _kit_copy(tmp_path)
-    model = kit / "dormouse" / "model.py"
-    src = model.read_text()
-    assert src.count("F.gelu(self.up(x))") == 1
-    model.write_text(src.replace("F.gelu(self.up(x))", 'F.gelu(self.up(x), approximate="tanh")'))
+    step, model = kit / "dormouse" / "step.py", kit / "dormouse" / "model.py"
+    index, src = step.read_text(), model.read_text()
+    assert index.count("probe_batches=pre_batches(cfg), device=device") == 1 and src.count("F.gelu(self.up(x))") == 1
+    step.write_text(index.replace("probe_batches=pre_batches(cfg), device=device",
+                                  "probe_batches=pre_batches(cfg) + 1, device=device"))
     run = stopped_at(ref, tmp_path / "run", 20)
+    before = _listing(run)
+    r = _resume_with(kit, run)
+    assert r.returncode != 0 and "Replaying steps 10-19 under this environment does not reproduce the run: step 10: " \
+        "loss" in r.stderr, r.stdout + r.stderr
+    step.write_text(index)
+    model.write_text(src.replace("F.gelu(self.up(x))", 'F.gelu(self.up(x), approximate="tanh")'))
     before = _listing(run)
     r = _resume_with(kit, run)
     assert r.returncode != 0 and "EnvDriftError" in r.stderr, r.stdout + r.stderr
