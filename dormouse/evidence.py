@@ -313,7 +313,7 @@ def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrite
     if lead and rows:  # said before the run's display opens: a cell's output still ends with the run's last line
         n_fp = sum(1 for r in rows.values() if r.get("fingerprint"))
         print(f"overlap: steps {steps_text(rows)} are re-trained; each is compared with the run's row as it goes "
-              f"({len(rows)} losses, {n_fp} fingerprint(s)), and the first difference stops the run")
+              f"({len(rows)} rows in every column, {n_fp} fingerprint(s)), and the first difference stops the run")
     held = "".join(json.dumps(r) + "\n" for r in after).encode()  # what a refusal writes back after the kept rows
     put_back = (lambda: keep_rows_before(paths.metrics, start, held)) if lead else None
     return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back, lead)

@@ -277,8 +277,13 @@ def _replaced_in(module) -> list[str]:
         if home is None or name not in here:
             out += [] if home is None else [name]
             continue
-        want = home if attr is None else getattr(home, attr, sys.modules.get(f"{home.__name__}.{attr}"))
-        out += [name] if here[name] is not want else []
+        v = here[name]
+        if level == 1 and attr and (inspect.isclass(v) or callable(v) and inspect.isfunction(inspect.unwrap(v))):
+            origin = sys.modules.get(getattr(v, "__module__", None) or "")  # a kit function or class, re-exported too
+            ok = origin is not None and origin.__name__.startswith(pkg + ".") and _defined(v, origin, attr)
+        else:  # a module, a constant, an object: the one its home binds
+            ok = v is (home if attr is None else getattr(home, attr, sys.modules.get(f"{home.__name__}.{attr}")))
+        out += [] if ok else [name]
     for name, value in consts.items():
         v = here.get(name, ...)
         out += [name] if not (type(v) is type(value) and v == value) else []
@@ -294,7 +299,7 @@ def kit_replaced() -> list[str]:
                 out += [f"{mname}.{n}" for n in _replaced_in(module)]
             except (OSError, SyntaxError, ValueError):  # a module whose source is gone or unreadable: code changed
                 out.append(f"{mname} (its source cannot be read)")
-    return out
+    return sorted(out)
 
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)

@@ -41,15 +41,16 @@ def runs(tmp_path_factory):
 
 @contextlib.contextmanager
 def fifo(path: Path):
-    """A named pipe at `path`; a watchdog opens its other end after 10 s, so a reader that blocks fails, not hangs.
-    Yields a list that holds True once the watchdog found a reader waiting on the pipe (its write end opened)."""
+    """A named pipe at `path`; a watchdog opens its other end after 3 s, so a reader that blocks fails, not hangs.
+    Yields a list that holds True once the watchdog found a reader waiting on the pipe (its write end opened): a
+    command that never opens the pipe leaves it empty however slowly it runs."""
     if path.exists():
         path.unlink()
     os.mkfifo(path)
     stop, waited = threading.Event(), []
 
     def unblock():
-        if stop.wait(10):
+        if stop.wait(3):
             return
         while not stop.is_set():
             try:
