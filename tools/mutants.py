@@ -1056,10 +1056,10 @@ MUTANTS = [
         ["nbs/21a_evidence.ipynb"],
     ),
     Mutant(
-        "verify_steps_all_ignored",
-        "verify_steps=\"all\" replays the default prefix: a difference past it resumes",
+        "verify_steps_all_is_a_prefix",
+        "verify_steps=\"all\" replays a prefix of the interval, not all of it: a difference past it resumes",
         [edit("replay.py", 'None if drift or check_verify_steps(verify_steps) == "all" else verify_steps',
-              "None if drift else VERIFY_STEPS if verify_steps == \"all\" else verify_steps")],
+              "None if drift else 1 if verify_steps == \"all\" else verify_steps")],
         [f"{PROOF}::test_the_default_replay_is_a_prefix_that_says_so_and_all_replays_the_whole_interval"],
     ),
     Mutant(
