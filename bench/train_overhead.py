@@ -65,6 +65,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 import dormouse.commit as commit_mod
+import dormouse.step as step_mod
 import dormouse.train as train_mod
 from dormouse.config import TrainCfg
 from dormouse.data import corpus_for
@@ -135,12 +136,12 @@ class Timers:
     odd ones), timed separately by step."""
 
     FUNCS = (  # (module, name): where fit looks each one up when it calls it
-        (train_mod, "train_step"),
-        (train_mod, "agreed_fingerprint"),  # the state fingerprint at log cadence (and where the overlap wants one)
+        (step_mod, "train_step"),  # where fit's loop (step.run_steps) looks it up
+        (step_mod, "agreed_fingerprint"),  # the state fingerprint at log cadence (and where the overlap wants one)
         (train_mod, "checkpoint"),  # on the loop: the metrics fsync, the run state, the snapshot, the submit
         (commit_mod, "save_run_ckpt"),  # the committer's write, on its thread: charged its CPU time (see CPU_TIMED)
         (train_mod, "write_jsonl"),
-        (train_mod, "evaluate"),
+        (step_mod, "evaluate"),
         (train_mod, "seal"),  # the row's seal
         (train_mod, "agree_max"),
         (train_mod, "barrier"),

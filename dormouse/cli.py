@@ -13,7 +13,7 @@ from .report import describe
 from .commit import CommitError
 from .budget import BudgetError
 from .data import CorpusError, corpus_for
-from .dist import dist_from_env
+from .dist import PeerLostError, dist_from_env
 from .infer import generate, load_model_weights
 from .serve import serve
 from .tables_file import TablesError
@@ -168,7 +168,7 @@ COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "i
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config
 # exit 1: what the run met (a damaged checkpoint, a corpus, a non-finite loss) and the OS's errors
 RUN_ERRORS = (CheckpointError, CommitError, CorpusError, TargetsError, TablesError, FloatingPointError, OSError,
-              UnicodeError, BudgetError, MemoryError)
+              UnicodeError, PeerLostError, BudgetError, MemoryError)  # PeerLostError: under torchrun, a rank died
 _OS_HINTS = {errno.ENOSPC: "free some space, then resume: the newest complete checkpoint is intact",
              errno.EACCES: "check the permissions, or choose another path", errno.EPERM: "check the permissions",
              errno.EROFS: "a read-only file system: choose another path",

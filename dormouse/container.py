@@ -329,7 +329,8 @@ META_SCHEMA = {  # every field of the meta section and its type; a "?" field may
     "pin?": {"plan": str, "plan_sha256": str, "run_id": str, "run_started": str, "corpus": (_STAMP, None)},
     "latch?": {"tripped": bool, "reason": str},  # `FallbackLatch.to_json`
     "evidence?": {"format": int, "start": int, "start_fingerprint": str, "losses": [float],  # `Evidence.to_json`
-                  "fingerprints": [[(int, str)]]},  # [[step, fingerprint]]: `Evidence.from_json` checks the rest
+                  "fingerprints": [[(int, str)]],  # [[step, fingerprint]]: `Evidence.from_json` checks the rest
+                  "columns?": dict},  # every other value of each step's row (format 2)
 }
 MAX_META_BYTES = 16 << 20  # the biggest meta section read (one holds the plan text and the environment: a few KB)
 

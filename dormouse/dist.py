@@ -4,15 +4,17 @@
 
 # %% ../nbs/17_dist.ipynb #fe1ec5aa
 from __future__ import annotations
-import contextlib, os, threading, warnings
+import contextlib, json, os, re, threading, warnings
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
+from .numerics import EnvDriftError, env_diff, how_to_match
 
 # %% auto #0
 __all__ = ['LAZY_ENV', 'DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'CanonicalSum',
-           'rank_block', 'block_spans', 'finish', 'exchange_layout', 'finish_chunk', 'canonical_total', 'barrier',
-           'agree_max', 'check_fingerprints']
+           'rank_block', 'block_spans', 'finish', 'exchange_layout', 'finish_chunk', 'canonical_total', 'PeerLostError',
+           'collective', 'barrier', 'agree_max', 'check_fingerprints', 'gather_text', 'env_disagreement',
+           'check_same_env']
 
 # %% ../nbs/17_dist.ipynb #92ec3dd0
 @dataclass
@@ -167,17 +169,37 @@ def canonical_total(own: CanonicalSum,  # this rank's subtrees (its block added)
         raise ValueError(f"canonical_total: rank {rank} holds {[(s, e) for s, e, _ in own.nodes]}, not {spans[rank]}")
     send = exchange_layout(own, spans, world)
     got = torch.empty_like(send)
-    dist.all_to_all_single(got, send)  # got[r]: this rank's chunk of rank r's subtrees
-    mine = finish_chunk(own.n, spans, got)
-    chunks = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(chunks, mine)
+    with collective("the step's sum", DistInfo(rank, world)):
+        dist.all_to_all_single(got, send)  # got[r]: this rank's chunk of rank r's subtrees
+        mine = finish_chunk(own.n, spans, got)
+        chunks = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(chunks, mine)
     return torch.cat(chunks)[:own.nodes[0][2].numel()]
 
 # %% ../nbs/17_dist.ipynb #36aaa22b
+class PeerLostError(RuntimeError):
+    "A collective failed because another rank is gone (killed, or failed): this rank cannot go on."
+
+@contextlib.contextmanager
+def collective(what: str,  # the collective, in words, for the message
+               dist_info: DistInfo,  # this process's place
+              ):
+    "Run a collective; its failure (a peer closed its connection, timed out, aborted) is a one-line `PeerLostError`."
+    try:
+        yield
+    except RuntimeError as e:  # gloo's and nccl's errors (DistBackendError, DistNetworkError) are RuntimeErrors
+        said = re.sub(r"^\[[^\]]*\]\s*", "", (str(e).strip().splitlines() or [type(e).__name__])[0])  # no source path
+        said = said.split(". ")[0][:160]  # its first sentence: "Read error [...]: Connection reset by peer"
+        raise PeerLostError(f"rank {dist_info.rank}: {what} with the other {dist_info.world - 1} rank(s) failed "
+                            f"({said}): another rank stopped or was killed, and this one cannot go on alone. The "
+                            "newest complete checkpoint is intact: resume with every rank (torchrun ... --resume)"
+                            ) from e
+
 def barrier(dist_info: DistInfo) -> None:
     "Wait for every rank (nothing to wait for in a single process)."
     if dist_info.world > 1:
-        dist.barrier()
+        with collective("a barrier", dist_info):
+            dist.barrier()
 
 # %% ../nbs/17_dist.ipynb #e0017cd1
 def agree_max(flag: bool,  # this rank's flag
@@ -188,7 +210,8 @@ def agree_max(flag: bool,  # this rank's flag
     if dist_info.world == 1:
         return flag
     t = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    with collective("agreeing on a flag", dist_info):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
 def check_fingerprints(fp: str,  # this rank's state fingerprint (hex)
@@ -200,7 +223,46 @@ def check_fingerprints(fp: str,  # this rank's state fingerprint (hex)
         return
     mine = torch.tensor(list(fp.encode()), dtype=torch.uint8)
     got = [torch.empty_like(mine) for _ in range(dist_info.world)]
-    dist.all_gather(got, mine)
+    with collective(f"comparing the state fingerprints of step {step}", dist_info):
+        dist.all_gather(got, mine)
     fps = [bytes(p.tolist()).decode() for p in got]
     if len(set(fps)) != 1:
         raise RuntimeError(f"ranks diverged at step {step}: state fingerprints {fps}")
+
+def gather_text(text: str,  # this rank's text
+                dist_info: DistInfo,  # this process's place
+                device: str = "cpu",  # where the collective's tensors live
+               ) -> list[str]:
+    "Every rank's `text`, in rank order (`[text]` in a single process)."
+    if dist_info.world == 1:
+        return [text]
+    data = torch.tensor(list(text.encode()), dtype=torch.uint8, device=device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist_info.world)]
+    with collective("exchanging the numeric environments", dist_info):
+        dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64, device=device))
+        top = max(int(s.item()) for s in sizes)
+        padded = torch.zeros(top, dtype=torch.uint8, device=device)
+        padded[:data.numel()] = data
+        got = [torch.empty_like(padded) for _ in range(dist_info.world)]
+        dist.all_gather(got, padded)
+    return [bytes(g[:int(s.item())].tolist()).decode() for g, s in zip(got, sizes)]
+
+def env_disagreement(envs: list[dict]) -> str:
+    "The first rank whose numeric environment differs from rank 0's, in one line with the key and both values; \"\"."
+    for rank, env in enumerate(envs[1:], 1):
+        if drift := env_diff(envs[0], env):
+            (key, (a, b)), more = next(iter(drift.items())), sorted(drift)[1:]
+            also = f" (and {', '.join(more)})" if more else ""
+            return (f"rank {rank}'s numeric environment differs from rank 0's: {key} is {b!r} on rank {rank}, {a!r} on "
+                    f"rank 0{also}. The ranks of one run must compute alike: start every rank with the same "
+                    f"environment (to match rank 0: {how_to_match(key, a, envs[0])})")
+    return ""
+
+def check_same_env(env: dict,  # this rank's `numerics.numeric_env`
+                   dist_info: DistInfo,  # this process's place
+                   device: str = "cpu",
+                  ) -> None:
+    "Refuse, on every rank alike, ranks whose numeric environments differ (`EnvDriftError`, `env_disagreement`)."
+    if dist_info.world > 1 and (why := env_disagreement([json.loads(t) for t in gather_text(
+            json.dumps(env, sort_keys=True, default=str), dist_info, device)])):
+        raise EnvDriftError(why)

@@ -11,12 +11,13 @@ from .numerics import EnvDriftError, drift_lines, env_diff
 from .rundir import RunPaths, iter_metrics, keep_rows_before
 
 # %% auto #0
-__all__ = ['EVIDENCE_FORMAT', 'EvidenceError', 'Evidence', 'container_evidence', 'Recorder', 'row_disagrees', 'row_check', 'seal',
-           'steps_text', 'torn_tail', 'waived_segments', 'trusted_rows', 'Overlap', 'waiver', 'overlap_for',
-           'CurveCheck', 'check_curve']
+__all__ = ['EVIDENCE_FORMAT', 'BOOKKEEPING', 'EvidenceError', 'Evidence', 'container_evidence', 'Recorder', 'same', 'differing',
+           'row_disagrees', 'row_check', 'seal', 'steps_text', 'torn_tail', 'waived_segments', 'trusted_rows',
+           'measured', 'Overlap', 'waiver', 'overlap_for', 'CurveCheck', 'check_curve']
 
 # %% ../nbs/21a_evidence.ipynb #750fe405
-EVIDENCE_FORMAT = 1  # the layout of a container's meta "evidence"
+EVIDENCE_FORMAT = 2  # the layout of a container's meta "evidence" (format 1, losses and fingerprints only, is read too)
+BOOKKEEPING = ("step", "segment", "t", "check")  # what a metrics row holds besides its measurements: never evidence
 
 class EvidenceError(ValueError):
     "A record that cannot serve as evidence; says what is wrong with it."
@@ -28,13 +29,18 @@ def _is_fp(v) -> bool:
     "A state fingerprint: 16 lowercase hex digits."
     return isinstance(v, str) and len(v) == 16 and all(c in "0123456789abcdef" for c in v)
 
+def _is_value(v) -> bool:
+    "A value a metrics row can hold: a number, a string, a flag (None: the step has none)."
+    return v is None or isinstance(v, (bool, int, float, str))
+
 @dataclass(frozen=True)
 class Evidence:
-    "What a checkpoint records of the steps before it: their losses and fingerprints, and the state they started from."
+    "What a checkpoint records of the steps before it: every value their rows hold, and the state they started from."
     start: int  # the interval's first step: the previous checkpoint's step (0: a fresh start, after its probes)
     start_fingerprint: str  # the state fingerprint at `start`
     losses: tuple  # the loss of every step in [start, end), exactly as logged
     fingerprints: dict  # {step: fingerprint of the state after it}: the log cadence and the interval's last step
+    columns: dict | None = None  # {column: (each step's value, None where the row has none)}; None: format 1
 
     @property
     def end(self) -> int:
@@ -46,36 +52,56 @@ class Evidence:
         "The interval starts at a fresh start, which the plan alone reproduces."
         return self.start == 0
 
-    def at(self, step: int) -> tuple[float, str | None]:
-        "(loss, fingerprint or None) recorded for `step`, a step of the interval."
-        return self.losses[step - self.start], self.fingerprints.get(step)
+    @property
+    def proves(self) -> tuple:
+        "The columns it holds, so the columns a comparison with it proves: all a row measures (format 1: two)."
+        return ("loss", *sorted(self.columns or {}), "fingerprint")
+
+    def row(self, step: int) -> dict:
+        "What it records of `step`, a step of the interval: the loss, every other value logged there, its fingerprint."
+        i = step - self.start
+        out = {"loss": self.losses[i], **{k: v[i] for k, v in (self.columns or {}).items() if v[i] is not None}}
+        return out | ({"fingerprint": self.fingerprints[step]} if step in self.fingerprints else {})
+
+    def evaluated(self, step: int) -> bool:
+        "Whether the run evaluated after `step` (its row holds eval figures): a replay evaluates there too."
+        return any(k.startswith("eval_") for k in self.row(step))
 
     def to_json(self) -> dict:
         "The record a container's meta stores."
-        return {"format": EVIDENCE_FORMAT, "start": self.start, "start_fingerprint": self.start_fingerprint,
-                "losses": list(self.losses), "fingerprints": [[s, f] for s, f in sorted(self.fingerprints.items())]}
+        out = {"format": 1 if self.columns is None else EVIDENCE_FORMAT, "start": self.start,
+               "start_fingerprint": self.start_fingerprint, "losses": list(self.losses),
+               "fingerprints": [[s, f] for s, f in sorted(self.fingerprints.items())]}
+        return out if self.columns is None else out | {"columns": {k: list(v) for k, v in self.columns.items()}}
 
     @classmethod
     def from_json(cls, d) -> Evidence:
         "Evidence from a container's meta, every field type-checked; `EvidenceError` saying what is wrong."
         keys = {"format", "start", "start_fingerprint", "losses", "fingerprints"}
-        if not isinstance(d, dict) or set(d) != keys:
-            raise EvidenceError(f"not an evidence record (an object with {', '.join(sorted(keys))})")
-        if d["format"] != EVIDENCE_FORMAT:
-            raise EvidenceError(f"evidence format {d['format']!r}: this dormouse reads format {EVIDENCE_FORMAT}")
-        start, losses, fps = d["start"], d["losses"], d["fingerprints"]
+        if not isinstance(d, dict) or set(d) - {"columns"} != keys:
+            raise EvidenceError(f"not an evidence record (an object with {', '.join(sorted(keys))}, and columns)")
+        if d["format"] not in (1, EVIDENCE_FORMAT):
+            raise EvidenceError(f"evidence format {d['format']!r}: this dormouse reads formats 1 and {EVIDENCE_FORMAT}")
+        if ("columns" in d) != (d["format"] == EVIDENCE_FORMAT):
+            raise EvidenceError(f"format {d['format']} evidence {'lacks' if d['format'] == 2 else 'has no'} columns")
+        start, losses, fps, cols = d["start"], d["losses"], d["fingerprints"], d.get("columns")
         if not _is_int(start) or start < 0 or not _is_fp(d["start_fingerprint"]):
             raise EvidenceError("its start is not a step and a fingerprint")
         if not isinstance(losses, list) or not losses or \
                 not all(isinstance(v, float) and math.isfinite(v) for v in losses):
             raise EvidenceError("its losses are not a list of finite numbers")
+        if cols is not None and not (isinstance(cols, dict) and all(
+                isinstance(k, str) and k not in (*BOOKKEEPING, "loss", "fingerprint") and isinstance(v, list)
+                and len(v) == len(losses) and all(map(_is_value, v)) for k, v in cols.items())):
+            raise EvidenceError("its columns are not a value per step for each measured column")
         if not isinstance(fps, list) or not all(isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_fp(p[1])
                                                 for p in fps):
             raise EvidenceError("its fingerprints are not [step, fingerprint] pairs")
         steps, end = [p[0] for p in fps], start + len(losses)
         if steps != sorted(set(steps)) or not all(start <= s < end for s in steps) or end - 1 not in steps:
             raise EvidenceError(f"its fingerprints are not at increasing steps in [{start}, {end}) ending at {end - 1}")
-        return cls(start, d["start_fingerprint"], tuple(losses), dict((s, f) for s, f in fps))
+        return cls(start, d["start_fingerprint"], tuple(losses), dict((s, f) for s, f in fps),
+                   None if cols is None else {k: tuple(v) for k, v in cols.items()})
 
 def container_evidence(ck,  # a loaded container (`container.Checkpoint`)
                        path,  # its file, named in errors
@@ -95,41 +121,52 @@ class Recorder:
     def __init__(self, start: int,  # the step the segment starts at
                  fingerprint: str,  # the state fingerprint there
                 ):
-        self.start, self.start_fingerprint, self.losses, self.fingerprints = start, fingerprint, [], {}
+        self.start, self.start_fingerprint, self.rows, self.fingerprints = start, fingerprint, [], {}
 
     def add(self, row: dict) -> None:
-        "Take a step's metrics row: its loss, and its fingerprint when it has one."
-        if row["step"] != self.start + len(self.losses):
-            raise ValueError(f"Recorder: step {row['step']} after step {self.start + len(self.losses) - 1}")
-        self.losses.append(row["loss"])
+        "Take a step's metrics row: every measured value, and its fingerprint when it has one."
+        if row["step"] != self.start + len(self.rows):
+            raise ValueError(f"Recorder: step {row['step']} after step {self.start + len(self.rows) - 1}")
+        self.rows.append({k: v for k, v in row.items() if k not in BOOKKEEPING and k != "fingerprint"})
         if row.get("fingerprint"):
             self.fingerprints[row["step"]] = row["fingerprint"]
 
     def take(self) -> Evidence:
         "The interval since the last checkpoint, for the one taken now; the next interval starts from its state."
-        last = self.start + len(self.losses) - 1
+        last = self.start + len(self.rows) - 1
         if last not in self.fingerprints:
             raise ValueError(f"Recorder: a checkpoint after step {last} needs that step's fingerprint")
-        ev = Evidence(self.start, self.start_fingerprint, tuple(self.losses), dict(self.fingerprints))
+        names = sorted({k for r in self.rows for k in r} - {"loss"})
+        ev = Evidence(self.start, self.start_fingerprint, tuple(r["loss"] for r in self.rows), dict(self.fingerprints),
+                      {k: tuple(r.get(k) for r in self.rows) for k in names})
         self.__init__(last + 1, self.fingerprints[last])
         return ev
 
 # %% ../nbs/21a_evidence.ipynb #ev000021
-def row_disagrees(row: dict,  # the step as computed (or logged): its "loss", and its "fingerprint" where it has one
-                  loss: float,  # the loss recorded for that step
-                  fingerprint: str | None,  # the fingerprint recorded for it (None: none was recorded)
+def same(a, b) -> bool:
+    "Whether two logged values are one: the same type and ==, a NaN the same as a NaN (never 1 as True, 2 as 2.0)."
+    return type(a) is type(b) and (a == b or a != a and b != b)
+
+def differing(row: dict,  # the step as computed (or logged)
+              recorded: dict,  # what the record holds of that step (`Evidence.row`, a logged row's values)
+              keys=None,  # the columns to compare (None: every one `recorded` holds); a value either lacks is None
+             ) -> list[str]:
+    "The columns in which a step differs from its record, each compared exactly (`same`)."
+    return [k for k in (list(recorded) if keys is None else keys) if not same(row.get(k), recorded.get(k))]
+
+def row_disagrees(row: dict, recorded: dict,
                   did: str = "re-trained",  # what happened to `row`, in the words of the difference
-                  exact: bool = False,  # a fingerprint the row has and the record lacks differs too
+                  keys=None,  # the columns to compare (None: every one `recorded` holds)
                  ) -> str:
-    "How a step differs from its record, in words: the loss exactly, the fingerprint where recorded; \"\" if equal."
-    what = [] if row["loss"] == loss else [f"loss {loss!r} recorded, {row['loss']!r} {did}"]
-    if (fingerprint is not None or exact) and row.get("fingerprint") != fingerprint:
-        what.append(f"fingerprint {fingerprint} recorded, {row.get('fingerprint')} {did}")
-    return "; ".join(what)
+    "How a step differs from its record, in words, column by column (`differing`); \"\" if equal."
+    def shown(k, v):  # a value as the difference says it: a fingerprint bare, anything else as Python writes it
+        return v if k == "fingerprint" else repr(v)
+    return "; ".join(f"{k} {shown(k, recorded.get(k))} recorded, {shown(k, row.get(k))} {did}"
+                     for k in differing(row, recorded, keys))
 
 # %% ../nbs/21a_evidence.ipynb #4483dcba
 def row_check(row: dict) -> str:
-    "16 hex digits of blake2b over a metrics row's canonical JSON, every key but `check` itself: an edit shows."
+    "A row's seal against accidents (not an adversary: anyone can recompute it): 16 hex digits of blake2b, all but it."
     body = json.dumps({k: v for k, v in row.items() if k != "check"}, sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
 
@@ -191,6 +228,10 @@ def trusted_rows(rows: list[dict],  # metrics rows (e.g. those at and after the 
     return ok, [f"metrics.jsonl, steps {steps_text(s)}: not evidence ({k}), not compared" for k, s in why.items() if s]
 
 # %% ../nbs/21a_evidence.ipynb #b9697c51
+def measured(row: dict) -> list[str]:
+    "The columns a logged row measures: every key but `BOOKKEEPING` that holds a value."
+    return [k for k, v in row.items() if k not in BOOKKEEPING and v is not None]
+
 class Overlap:
     "The re-trained steps a run has rows for: each compared with its row as it runs; the first difference stops."
     def __init__(self, recorded: dict,  # {step: row}: trustworthy rows at and after the resume step
@@ -208,12 +249,16 @@ class Overlap:
         "Whether the run logged a fingerprint after `step`: the loop computes one there too."
         return self.diverged is None and bool(self.recorded.get(step, {}).get("fingerprint"))
 
+    def wants_eval(self, step: int) -> bool:
+        "Whether the run logged eval figures after `step`: the loop evaluates there too."
+        return self.diverged is None and any(k.startswith("eval_") for k in self.recorded.get(step, {}))
+
     def check(self, row: dict) -> None:
-        "Compare a re-trained step's row with the recorded one: the loss exactly, the fingerprint where logged."
+        "Compare a re-trained step's row with the recorded one: every value it measured, exactly."
         rec = self.recorded.get(row["step"])
         if rec is None or self.diverged is not None:
             return
-        what = row_disagrees(row, rec["loss"], rec.get("fingerprint"))
+        what = row_disagrees(row, rec, keys=measured(rec))
         self.compared, self.fingerprints = self.compared + 1, self.fingerprints + bool(rec.get("fingerprint"))
         if what:
             self._differs(row["step"], rec, what)
@@ -268,7 +313,7 @@ def overlap_for(paths: RunPaths,  # the run directory, before the resume rewrite
     if lead and rows:  # said before the run's display opens: a cell's output still ends with the run's last line
         n_fp = sum(1 for r in rows.values() if r.get("fingerprint"))
         print(f"overlap: steps {steps_text(rows)} are re-trained; each is compared with the run's row as it goes "
-              f"({len(rows)} losses, {n_fp} fingerprint(s)), and the first difference stops the run")
+              f"({len(rows)} rows in every column, {n_fp} fingerprint(s)), and the first difference stops the run")
     held = "".join(json.dumps(r) + "\n" for r in after).encode()  # what a refusal writes back after the kept rows
     put_back = (lambda: keep_rows_before(paths.metrics, start, held)) if lead else None
     return Overlap(rows, env, {s["segment"]: s.get("env") for s in lineage}, waived, put_back, lead)
@@ -279,10 +324,12 @@ class CurveCheck:
     "What comparing a run's logged rows with its checkpoints' evidence found."
     steps: int  # the curve's steps: distinct steps logged in metrics.jsonl
     compared: int  # logged steps compared with the evidence
-    disagree: dict  # {kind: [steps]}: rows that disagree with the evidence (edited, missing, duplicated)
+    disagree: dict  # {kind: [steps]}: rows that disagree with the evidence (edited, in a column; missing; duplicated)
     unsealed: list  # steps logged without a seal (an older kit's rows)
     uncovered: list  # logged steps no kept checkpoint holds evidence for: counted, not judged
     first: str = ""  # the first difference from the evidence, in words
+    proved: tuple = ()  # the columns compared with the evidence
+    partial: tuple = ()  # compared steps whose evidence (format 1) holds only their loss and fingerprint
 
     @property
     def agrees(self) -> bool:
@@ -299,26 +346,32 @@ class CurveCheck:
 def check_curve(rows: list[dict],  # metrics.jsonl's rows, in file order (as read, not refused for their order)
                 evidence: list[Evidence],  # the kept checkpoints' evidence
                ) -> CurveCheck:
-    "Every logged row against the evidence for its step: edited, missing and duplicated rows named by step."
+    "Every logged row against the evidence for its step, every column: edited, missing, duplicated rows by step."
     held = {s: ev for ev in evidence for s in range(ev.start, ev.end)}
-    kinds = ("edited: its check does not match", "edited: it differs from the evidence",
-             "missing: the evidence has the step, the curve does not", "duplicated: the step is logged twice",
+    seal_k, edit_k = "edited: its check does not match", "edited: it differs from the evidence in"
+    kinds = (seal_k, "missing: the evidence has the step, the curve does not", "duplicated: the step is logged twice",
              "out of order: logged after a later step")
     disagree, unsealed, seen, compared, first = {k: [] for k in kinds}, [], set(), 0, ""
+    proved, partial = {}, []
     for r in rows:
         step = r["step"]
         if step in seen or (seen and step < max(seen)):
-            disagree[kinds[3] if step in seen else kinds[4]].append(step)
+            disagree[kinds[2] if step in seen else kinds[3]].append(step)
             continue
         seen.add(step)
         if "check" not in r:
             unsealed.append(step)
         elif r["check"] != row_check(r):
-            disagree[kinds[0]].append(step)
+            disagree[seal_k].append(step)
         if step in held:
-            compared += 1
-            if what := row_disagrees(r, *held[step].at(step), "logged", exact=True):
-                disagree[kinds[1]].append(step)
-                first = first or f"step {step}: {what}"
-    disagree[kinds[2]] = sorted(set(held) - seen)
-    return CurveCheck(len(seen), compared, disagree, unsealed, sorted(seen - set(held)), first)
+            ev, compared = held[step], compared + 1
+            keys = list(ev.proves) + [k for k in measured(r) if ev.columns is not None and k not in ev.proves]
+            proved.update(dict.fromkeys(keys))
+            partial += [step] if ev.columns is None else []
+            for k in differing(r, ev.row(step), keys):
+                disagree.setdefault(f"{edit_k} {k}", []).append(step)
+            if not first and (what := row_disagrees(r, ev.row(step), "logged", keys)):
+                first = f"step {step}: {what}"
+    disagree[kinds[1]] = sorted(set(held) - seen)
+    return CurveCheck(len(seen), compared, disagree, unsealed, sorted(seen - set(held)), first, tuple(proved),
+                      tuple(partial))

@@ -121,6 +121,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
+def _verify_steps(text: str) -> int | str:
+    "`--verify-steps`: an integer >= 1, or all."
+    if text == "all" or text.isdigit() and int(text) >= 1:
+        return text if text == "all" else int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: use an integer >= 1 (steps replayed before a resume trusts its "
+                                     "checkpoint) or all (its whole interval)")
+
+def _tracker_names(text: str) -> str:
+    "`--track`: one or more tracker names, comma-separated."
+    if not [s for s in text.split(",") if s.strip()]:
+        raise argparse.ArgumentTypeError(f"{text!r} names no tracker: use tensorboard, mlflow or tensorboard,mlflow, "
+                                         "or leave --track out")
+    return text
+
 def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train (or --resume) a run", allow_abbrev=False,
                        description="Train (or --resume) a run. Every config key is a flag; see the groups below.")
@@ -131,10 +145,12 @@ def _train_parser(sub) -> None:
     r.add_argument("--device", default=None, help="cpu (default, or $DORMOUSE_DEVICE) or cuda")
     r.add_argument("--allow-env-drift", action="store_true", help="resume without the replay before trust, under any "
                    "numeric environment (recorded as unverified)")
-    r.add_argument("--verify-steps", type=int, metavar="N", help="steps of its checkpoint's interval a resume replays "
-                   "before it trusts it (default: 16; the whole interval when the environment changed)")
+    r.add_argument("--verify-steps", type=_verify_steps, metavar="N", help="steps of its checkpoint's interval a "
+                   "resume replays before it trusts it (default: 16; all: the whole interval, as when the environment "
+                   "changed; dormouse verify replays every kept interval)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--track", default="", metavar="NAMES", help="trackers fed each row: tensorboard,mlflow (not plan)")
+    r.add_argument("--track", type=_tracker_names, metavar="NAMES",
+                   help="trackers fed each row: tensorboard,mlflow (not plan)")
     add_config_flags(t)
 
 # %% ../nbs/25b_flags.ipynb #c69ad756

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_numerics.ipynb #1d5aca9d
 from __future__ import annotations
-import contextlib, ctypes, functools, hashlib, os, platform, re
+import ast, contextlib, ctypes, functools, hashlib, inspect, json, os, platform, re, sys
 from pathlib import Path
 import torch
 import dormouse
@@ -13,10 +13,10 @@ from .config import ConfigError
 
 # %% auto #0
 __all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'MKL_BRANCHES', 'MKL_STRICT', 'THREAD_INVARIANT', 'MODE_ADVICE',
-           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'STEP_MODULES', 'KIT_DIR', 'CHANGED_MEANS', 'FP32_PATHS',
-           'cpu_facts', 'mkl_mode', 'thread_invariant_mode', 'env_today', 'kit_code', 'numeric_env', 'env_diff',
-           'env_unrecorded', 'EnvDriftError', 'how_to_match', 'drift_lines', 'refuse_incomparable', 'numeric_scope',
-           'check_device', 'run_scope']
+           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'KIT_DIR', 'CHANGED_MEANS', 'FP32_PATHS', 'cpu_facts',
+           'mkl_mode', 'thread_invariant_mode', 'env_today', 'kit_notebooks', 'kit_code', 'kit_replaced', 'numeric_env',
+           'env_diff', 'env_unrecorded', 'EnvDriftError', 'how_to_match', 'drift_lines', 'refuse_incomparable',
+           'numeric_scope', 'check_device', 'run_scope']
 
 # %% ../nbs/05_numerics.ipynb #2a51d08d
 CPU_ENV_VARS = {  # environment variables that change which CPU kernel runs, and so its rounding
@@ -188,24 +188,118 @@ DEFINITIONS = {  # what a comparison of two runs relies on, versioned: bump a nu
     "def_match_train": 2,  # match.code_stream: the codes that also read the training text before a unit (2: the same)
 }
 
-STEP_MODULES = ("step", "targets", "checkpoints", "numerics")  # what a step, a restore and a run's scope run
 KIT_DIR = Path(dormouse.__file__).parent  # where the kit's modules are
+
+def kit_notebooks(root: Path) -> list[Path]:
+    "The notebooks that export the package at `root`, where it is installed from source (else [])."
+    ini = root.parent / "settings.ini"
+    if not ini.is_file():
+        return []
+    keys = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", ini.read_text(), re.M))
+    if keys.get("lib_name") != root.name or keys.get("lib_path", root.name) != root.name:
+        return []
+    return sorted((root.parent / keys.get("nbs_path", "nbs")).glob("*.ipynb"))
+
+def _exported(nb: Path) -> bytes:
+    "A notebook's exported cells, as source."
+    cells = json.loads(nb.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells
+                     if c["cell_type"] == "code" and re.match(r"\s*#\|\s*export", "".join(c["source"]))).encode()
 
 def kit_code(root=None,  # the package directory (None: this kit's)
             ) -> str:
-    "16 hex digits of sha256 over the source of `STEP_MODULES` and every kit module they import (or 'unavailable')."
+    "16 hex digits of sha256 over every module of the package and its notebooks' exported cells ('unavailable')."
     root = KIT_DIR if root is None else Path(root)
-    seen, todo = set(), list(STEP_MODULES)
     try:
-        while todo:
-            name = todo.pop()
-            if name not in seen:
-                seen.add(name)
-                todo += re.findall(r"^\s*from \.(\w+) import", (root / f"{name}.py").read_text(), re.M)
-        return hashlib.sha256(b"".join(f"{n}\n".encode() + (root / f"{n}.py").read_bytes()
-                                       for n in sorted(seen))).hexdigest()[:16]
-    except OSError:  # a kit installed without its sources: nothing to hash, and a resume replays only what it must
+        files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+        if not files:
+            raise FileNotFoundError(root)
+        h = hashlib.sha256()
+        for p in files:
+            h.update(f"{p.relative_to(root)}\n".encode() + p.read_bytes())
+        for nb in kit_notebooks(root):
+            h.update(f"{nb.name}\n".encode() + _exported(nb))
+        return h.hexdigest()[:16]
+    except (OSError, ValueError, KeyError):  # no sources (a kit installed without them), or an unreadable notebook
         return "unavailable"
+
+# %% ../nbs/05_numerics.ipynb #kr000001
+@functools.lru_cache(maxsize=256)
+def _bindings(path: str, mtime_ns: int, size: int) -> tuple:
+    "What a module's source binds at its top level: (defs, {class: methods}, imports, {name: literal value})."
+    defs, classes, imports, consts = [], {}, [], {}
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.append(node.name)
+        elif isinstance(node, ast.ClassDef):
+            classes[node.name] = [f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            imports += [(a.asname or a.name, node.level, node.module, a.name) for a in node.names if a.name != "*"]
+        elif isinstance(node, ast.Import):
+            imports += [(a.asname or a.name.split(".")[0], 0, a.name if a.asname else a.name.split(".")[0], None)
+                        for a in node.names]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, (int, float, str, bytes, bool, tuple, type(None))):  # immutable: a cache is not
+                consts.update({t.id: value for t in targets if isinstance(t, ast.Name)})
+    return defs, classes, imports, consts
+
+def _defined(v, module, qualname: str) -> bool:
+    "Whether `v` is the function or class `module`'s source defines at `qualname` (decorators unwrapped)."
+    if isinstance(v, (staticmethod, classmethod)):
+        v = v.__func__
+    elif isinstance(v, property):
+        v = v.fget
+    if inspect.isclass(v):
+        return v.__module__ == module.__name__ and v.__qualname__ == qualname
+    f = inspect.unwrap(v) if callable(v) else v
+    return inspect.isfunction(f) and f.__qualname__ == qualname and f.__code__.co_filename == module.__file__
+
+def _replaced_in(module) -> list[str]:
+    "The names `module` binds otherwise than its source does."
+    st = os.stat(module.__file__)
+    defs, classes, imports, consts = _bindings(module.__file__, st.st_mtime_ns, st.st_size)
+    here, out, pkg = vars(module), [], module.__name__.rpartition(".")[0] or module.__name__
+    for name in defs:
+        out += [name] if not _defined(here.get(name), module, name) else []
+    for name, methods in classes.items():
+        cls = here.get(name)
+        if not _defined(cls, module, name):
+            out.append(name)
+            continue
+        out += [f"{name}.{m}" for m in methods if not _defined(vars(cls).get(m), module, f"{name}.{m}")]
+    for name, level, src, attr in imports:
+        home = sys.modules.get(f"{pkg}.{src}" if level == 1 and src else pkg if level == 1 else src)
+        if home is None or name not in here:
+            out += [] if home is None else [name]
+            continue
+        v = here[name]
+        if level == 1 and attr and (inspect.isclass(v) or callable(v) and inspect.isfunction(inspect.unwrap(v))):
+            origin = sys.modules.get(getattr(v, "__module__", None) or "")  # a kit function or class, re-exported too
+            ok = origin is not None and origin.__name__.startswith(pkg + ".") and _defined(v, origin, attr)
+        else:  # a module, a constant, an object: the one its home binds
+            ok = v is (home if attr is None else getattr(home, attr, sys.modules.get(f"{home.__name__}.{attr}")))
+        out += [] if ok else [name]
+    for name, value in consts.items():
+        v = here.get(name, ...)
+        out += [name] if not (type(v) is type(value) and v == value) else []
+    return out
+
+def kit_replaced() -> list[str]:
+    "Every name of a loaded kit module bound otherwise than its source binds it (a runtime patch), sorted; []."
+    out = []
+    for mname, module in sorted(sys.modules.items()):
+        if (mname == KIT_DIR.name or mname.startswith(KIT_DIR.name + ".")) and getattr(module, "__file__", None) \
+                and Path(module.__file__).parent == KIT_DIR and module.__file__.endswith(".py"):
+            try:
+                out += [f"{mname}.{n}" for n in _replaced_in(module)]
+            except (OSError, SyntaxError, ValueError):  # a module whose source is gone or unreadable: code changed
+                out.append(f"{mname} (its source cannot be read)")
+    return sorted(out)
 
 # %% ../nbs/05_numerics.ipynb #c0e1a7b5
 def numeric_env(threads: int,  # torch intra-op threads the run uses (from the config, not the machine)
@@ -225,7 +319,7 @@ def numeric_env(threads: int,  # torch intra-op threads the run uses (from the c
            "deterministic": torch.are_deterministic_algorithms_enabled(), "mkldnn": torch.backends.mkldnn.enabled,
            **_effective(_precisions("fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision")),
            **{k: os.environ.get(k) for k in CPU_ENV_VARS}, "mkl_cbwr": mkl_mode(), "dormouse": __version__,
-           "kit_code": kit_code(), **DEFINITIONS}
+           "kit_code": kit_code(), "kit_replaced": kit_replaced(), **DEFINITIONS}
     if str(device).startswith("cuda"):
         env.update(_gpu_facts(device))
     said = {"bf16_autocast": bf16, "quant": quant, "forward": forward}
@@ -275,7 +369,11 @@ def how_to_match(key: str,  # a key of the record
         return f"dormouse {saved.get('dormouse', '(a version before it recorded one)')}, the kit that wrote it"
     if key == "kit_code":
         return (f"the kit's code as it was (dormouse {saved.get('dormouse')}, code {value}): undo the edit to its "
-                "exported modules, dormouse/*.py, or install that kit")
+                "modules, dormouse/*.py, or to its notebooks' exported cells, or install that kit")
+    if key == "kit_replaced":
+        if not value:
+            return "a process that replaces nothing of the kit (a new process; in a notebook, restart the kernel)"
+        return f"a process that replaces {', '.join(value)} as the run's did"
     return f"{key} = {value!r} (a torch setting: set it so before training)"
 
 def drift_lines(drift: dict,  # {key: (recorded, now)}

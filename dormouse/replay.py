@@ -11,15 +11,15 @@ from .container import CheckpointError
 from .data import Corpus
 from .numerics import (MODE_ADVICE, THREAD_INVARIANT, EnvDriftError, drift_lines, env_diff,
                                refuse_incomparable)
-from .dist import DistInfo, check_fingerprints
-from .parts import Parts, build_parts, restore, state_fingerprint
-from .step import pre_batches, run_probes, train_step
+from .dist import DistInfo
+from .parts import Parts, build_parts, restore
+from .step import Looks, agreed_fingerprint, run_probes, run_steps
 from .checkpoints import ckpt_name, load_run_ckpt
 from .evidence import Evidence, EvidenceError, container_evidence, row_disagrees
 
 # %% auto #0
-__all__ = ['VERIFY_STEPS', 'WAIVER', 'Replayed', 'agreed_fingerprint', 'replay_steps', 'UnverifiableError', 'replay_start',
-           'replay_stop', 'verify_resume']
+__all__ = ['VERIFY_STEPS', 'WAIVER', 'Replayed', 'EvidenceLooks', 'replay_steps', 'UnverifiableError', 'replay_start',
+           'replay_stop', 'check_verify_steps', 'verify_resume']
 
 # %% ../nbs/21b_replay.ipynb #fb79f556
 @dataclass(frozen=True)
@@ -27,23 +27,35 @@ class Replayed:
     "What a replay compared, and its first difference (None: reproduced bit for bit)."
     start: int  # the first step replayed
     stop: int  # the step it stopped at (exclusive)
-    losses: int  # losses compared
+    losses: int  # steps compared, each in every column its evidence holds
     fingerprints: int  # fingerprints compared, the start's included
     differs: str | None = None  # the first difference, in words
     step: int | None = None  # the step it is at
     unverified: str | None = None  # why nothing could be replayed (None: it was)
+    end: int | None = None  # where the interval ends (exclusive): stop < end when only a prefix was replayed
+
+    @property
+    def whole(self) -> bool:
+        "It replayed the whole interval."
+        return self.stop == (self.stop if self.end is None else self.end)
 
     def record(self) -> dict | None:
-        "What lineage.jsonl records of it, {from_step, to_step, losses, fingerprints}; None when nothing was replayed."
+        "What lineage.jsonl records: {from_step, to_step, interval, losses, fingerprints}; None when none replayed."
         if self.unverified is not None:
             return None
-        return {"from_step": self.start, "to_step": self.stop, "losses": self.losses, "fingerprints": self.fingerprints}
+        return {"from_step": self.start, "to_step": self.stop, "interval": [self.start, self.end or self.stop],
+                "losses": self.losses, "fingerprints": self.fingerprints}
 
-def agreed_fingerprint(parts: Parts, step: int, di: DistInfo) -> str:
-    "The state fingerprint, checked equal on every rank."
-    fp = state_fingerprint(parts)
-    check_fingerprints(fp, step, di)
-    return fp
+class EvidenceLooks(Looks):
+    "Where a replay looks: exactly where the run did, by its evidence (eval figures, fingerprints)."
+    def __init__(self, ev: Evidence):
+        self.ev = ev
+
+    def eval_at(self, step: int) -> bool:
+        return self.ev.evaluated(step)
+
+    def fingerprint_at(self, step: int) -> bool:
+        return step in self.ev.fingerprints
 
 def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes run, or a checkpoint's)
                  corpus: Corpus, cfg: TrainCfg,
@@ -54,25 +66,21 @@ def replay_steps(parts: Parts,  # the run state at `ev.start` (fresh with probes
                  targets=None,  # the run's offline JEPA targets, if it has them
                  on_step=None,  # called with each step replayed (a progress bar)
                 ) -> Replayed:
-    "Train steps [ev.start, stop) again and compare each with the evidence; stop at the first difference."
+    "Train steps [ev.start, stop) again, as the loop does, and compare each with the evidence; stop at a difference."
     di = di or DistInfo()
     at = "the fresh start (after its probes)" if ev.fresh else f"the start, step {ev.start}"
     fp = agreed_fingerprint(parts, ev.start - 1, di)
     if fp != ev.start_fingerprint:
         return Replayed(ev.start, ev.start, 0, 1, f"{at}: fingerprint {ev.start_fingerprint} recorded, {fp} here",
-                        ev.start)
-    pb, n_fp = pre_batches(cfg), 1
-    for step in range(ev.start, stop):
-        row = train_step(parts, corpus, cfg, step, probe_batches=pb, device=device, rank=di.rank, world=di.world,
-                         targets=targets)
-        loss, recorded = ev.at(step)
-        if recorded is not None:  # the evidence holds the state after this step: compute it here too
-            row["fingerprint"], n_fp = agreed_fingerprint(parts, step, di), n_fp + 1
-        if what := row_disagrees(row, loss, recorded, "replayed"):
-            return Replayed(ev.start, step, step - ev.start + 1, n_fp, f"step {step}: {what}", step)
+                        ev.start, end=ev.end)
+    n_fp = 1
+    for row in run_steps(parts, corpus, cfg, ev.start, stop, EvidenceLooks(ev), device=device, di=di, targets=targets):
+        step, n_fp = row["step"], n_fp + bool(row["fingerprint"])  # the loop fit runs, looking where the run looked
+        if what := row_disagrees(row, ev.row(step), "replayed"):
+            return Replayed(ev.start, step, step - ev.start + 1, n_fp, f"step {step}: {what}", step, end=ev.end)
         if on_step is not None:
             on_step(step)
-    return Replayed(ev.start, stop, stop - ev.start, n_fp)
+    return Replayed(ev.start, stop, stop - ev.start, n_fp, end=ev.end)
 
 # %% ../nbs/21b_replay.ipynb #bb091b9f
 class UnverifiableError(EnvDriftError):
@@ -108,9 +116,16 @@ def replay_stop(ev: Evidence,
     return ev.end if steps is None else min(ev.start + steps, ev.end)
 
 # %% ../nbs/21b_replay.ipynb #b2f2f063
-VERIFY_STEPS = 16  # steps of its checkpoint's interval every resume replays before it trusts it
+VERIFY_STEPS = 16  # steps of its checkpoint's interval every resume replays before it trusts it ("all": the interval)
 
 WAIVER = " Resume where these match, or pass allow_env_drift=True (--allow-env-drift) to continue unverified."
+
+def check_verify_steps(n) -> int | str:
+    "`n` when it is a number of steps a resume can replay (an integer >= 1) or \"all\"; else a `ValueError` saying so."
+    if n == "all" or isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        return n
+    raise ValueError(f"verify_steps={n!r}: use an integer >= 1, the steps of its checkpoint's interval a resume "
+                     f"replays before it trusts it (default {VERIFY_STEPS}), or \"all\" for the whole interval")
 
 def _hints(drift: dict, env: dict, cfg: TrainCfg) -> str:
     "What can make a refused thread change reproducible, where something can."
@@ -136,6 +151,16 @@ def _refusal(drift: dict, saved: dict, path: Path, span: str, differs: str, hint
             "pass allow_env_drift=True (--allow-env-drift) to continue anyway, recorded in lineage.jsonl as "
             "unverified.")
 
+def _said(got: Replayed, ev: Evidence) -> str:
+    "What a replay that reproduced covered, in words: the whole interval, or a prefix and what it left out."
+    done = f"verified: steps {got.start}-{got.stop - 1} reproduced bit for bit ({got.losses} steps in " \
+           f"{len(ev.proves) - 1} columns, {got.fingerprints} fingerprints compared)"
+    if got.whole:
+        return f"{done}: the whole interval"
+    return (f"{done}: the first {got.losses} of the interval's {ev.end - ev.start}; steps {got.stop}-{ev.end - 1} "
+            "not replayed (verify_steps=\"all\", --verify-steps all, replays them; dormouse verify proves every "
+            "kept interval)")
+
 def verify_resume(ck,  # the checkpoint a resume continues (a loaded `Checkpoint`)
                   path,  # its container file
                   cfg: TrainCfg, corpus: Corpus,
@@ -145,15 +170,15 @@ def verify_resume(ck,  # the checkpoint a resume continues (a loaded `Checkpoint
                   di: DistInfo | None = None,  # this process's place: every rank replays its microbatches
                   targets=None,  # the run's offline JEPA targets, if it has them
                   check=None,  # check(ck, path) of the start checkpoint
-                  verify_steps: int = VERIFY_STEPS,  # the steps replayed when the environment record is unchanged
+                  verify_steps: int | str = VERIFY_STEPS,  # steps replayed when the record is unchanged ("all": all)
                  ) -> Replayed:
-    "Replay before trust: the first steps of the interval `ck` ends (all of it if the environment changed), or refuse."
+    "Replay before trust: the first steps of the interval `ck` ends (all of them if asked, or on a changed record)."
     di, path = di or DistInfo(), Path(path)
     drift = env_diff(ck.env, env)
     refuse_incomparable(drift, ck.env, path)
     try:
         ev = container_evidence(ck, path)
-        stop = replay_stop(ev, None if drift else verify_steps)
+        stop = replay_stop(ev, None if drift or check_verify_steps(verify_steps) == "all" else verify_steps)
         parts = replay_start(cfg, corpus, ev, path.parent, device, check)
     except (EvidenceError, UnverifiableError) as e:
         if drift:
@@ -165,12 +190,13 @@ def verify_resume(ck,  # the checkpoint a resume continues (a loaded `Checkpoint
                   "records it as unverified)")
         return Replayed(ck.step, ck.step, 0, 0, unverified=str(e))
     span, what = f"{ev.start}-{stop - 1}", f"the environment change ({', '.join(drift)})" if drift else path.name
+    n, of = stop - ev.start, ev.end - ev.start
+    part = "the whole interval" if stop == ev.end else f"the first {n} of the interval's {of}"
     if di.lead:
-        print(f"replaying steps {span} in memory before trusting {what}")
+        print(f"replaying steps {span} in memory ({part}) before trusting {what}")
     got = replay_steps(parts, corpus, cfg, ev, stop, device, di, targets)
     if got.differs:
         raise EnvDriftError(_refusal(drift, ck.env, path, span, got.differs, _hints(drift, env, cfg)))
     if di.lead:
-        print(f"verified: steps {span} reproduced bit for bit ({got.losses} losses, {got.fingerprints} fingerprints "
-              "compared)")
+        print(_said(got, ev))
     return got

@@ -5,6 +5,7 @@
 # %% ../nbs/13b_report.ipynb #f34406e6
 from __future__ import annotations
 from pathlib import Path
+from .fsio import open_regular
 from .container import Checkpoint, CheckpointError, load_ckpt, section_checks
 from .checkpoints import table_chain, tables_path
 from .tables_file import TABLES_MAGIC, verify_tables_file
@@ -101,7 +102,7 @@ def describe(path) -> str:
     "What `dormouse inspect` prints about a checkpoint or a tables file; raises `CheckpointError` only if unopenable."
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device: refused, never waited on
             kind = {TABLES_MAGIC: "a tables file", DELTA_MAGIC: "a table delta"}.get(f.read(8))
         if kind:
             return _tables_file(path, kind)

@@ -137,7 +137,7 @@ def decide_resume(parts: Parts,  # fresh parts of the plan: the run state is res
                   corpus: Corpus | None = None,  # the run's corpus: a replay trains on it (None: loaded if needed)
                   targets=None,  # the run's offline JEPA targets, if it has them
                   dist_info: DistInfo | None = None,  # this process's place: every rank replays together
-                  verify_steps: int = VERIFY_STEPS,  # steps replayed before trust (the whole interval on a change)
+                  verify_steps: int | str = VERIFY_STEPS,  # steps replayed before trust ("all"; all on a change)
                  ) -> Start:
     "Every check of a resume, in order, then the run state restored into `parts`: a `Start`, or one refusal."
     progress, snapshot = _check_plan(cfg, paths)

@@ -11,7 +11,7 @@ import torch
 from .config import ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict, snapshot_toml
 from .data import corpus_for
 from .dist import CanonicalSum, finish
-from .numerics import run_scope
+from .numerics import KIT_DIR, kit_notebooks, run_scope
 from .parts import build_parts, state_fingerprint
 from .step import pre_batches, run_probes, train_step
 from .targets import open_targets
@@ -23,8 +23,8 @@ from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
 __all__ = ['tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'losses', 'final_ckpt', 'stopped_at',
-           'rewrite_ckpt', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run', 'ThreadExchange',
-           'virtual_workers', 'accumulation_check', 'train_cmd', 'torchrun', 'held_train_cmd']
+           'rewrite_ckpt', 'source_copy', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run',
+           'ThreadExchange', 'virtual_workers', 'accumulation_check', 'train_cmd', 'torchrun', 'held_train_cmd']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -112,6 +112,16 @@ def rewrite_ckpt(path, **changes) -> None:
     for k, v in changes.items():
         setattr(ck, k, v)
     save_ckpt(path, ck)
+
+# %% ../nbs/23_testing.ipynb #tssc0002
+def source_copy(dst) -> Path:
+    "A copy of this kit at `dst`: its package, and its notebooks and settings.ini where installed from source."
+    dst, nbs = Path(dst), kit_notebooks(KIT_DIR)
+    shutil.copytree(KIT_DIR, dst / KIT_DIR.name, ignore=shutil.ignore_patterns("__pycache__"))
+    if nbs:
+        shutil.copytree(nbs[0].parent, dst / nbs[0].parent.name, ignore=shutil.ignore_patterns(".*"))
+        shutil.copy(KIT_DIR.parent / "settings.ini", dst / "settings.ini")
+    return dst / KIT_DIR.name
 
 # %% ../nbs/23_testing.ipynb #6e6ce231
 def _raw_bytes(t: torch.Tensor) -> torch.Tensor:

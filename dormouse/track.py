@@ -8,13 +8,13 @@ import importlib.util, os, queue, sys, threading
 from dataclasses import dataclass
 from pathlib import Path
 from .config import ConfigError, TrainCfg, cfg_to_dict, flatten
-from .rundir import mark_segment, read_lineage
+from .rundir import iter_metrics, mark_segment, read_lineage
 from .track_mlflow import MLflowTracker
 from .track_tensorboard import TensorBoardTracker
 
 # %% auto #0
-__all__ = ['BOOKKEEPING', 'TRACKERS', 'EXTRA', 'METHODS', 'FLUSH_SECS', 'OPEN_SECS', 'NICE', 'CLOSE_SECS', 'RunInfo', 'Tracker',
-           'scalars', 'start_events', 'missing_packages', 'tracker_name', 'select_trackers', 'Feed']
+__all__ = ['BOOKKEEPING', 'TRACKERS', 'EXTRA', 'METHODS', 'USE', 'FLUSH_SECS', 'OPEN_SECS', 'NICE', 'CLOSE_SECS', 'RunInfo',
+           'Tracker', 'scalars', 'start_events', 'missing_packages', 'tracker_name', 'select_trackers', 'Feed']
 
 # %% ../nbs/21d_track.ipynb #tk000006
 @dataclass
@@ -35,6 +35,10 @@ class Tracker:
 
     def open(self, run: RunInfo) -> None:
         "Start, or continue, this run's view; once per segment, before its first row."
+
+    def last_step(self) -> int | None:
+        "After `open`: the last step its store holds before `run.start` (-1: none), read from the store; None: unknown."
+        return None
 
     def log(self, step: int, values: dict) -> None:
         "The measurements of the sealed row at `step` (`scalars`), in step order."
@@ -77,7 +81,9 @@ def start_events(seg: dict) -> list[tuple[str, str]]:
 # %% ../nbs/21d_track.ipynb #tk000018
 TRACKERS = {"tensorboard": TensorBoardTracker, "mlflow": MLflowTracker}  # the trackers `--track` names
 EXTRA = "pip install 'dormouse[track]'"  # what brings the built-in trackers' packages
-METHODS = ("open", "log", "mark", "flush", "close")  # the protocol: `Tracker`'s methods
+METHODS = ("open", "log", "mark", "flush", "close")  # the protocol: `Tracker`'s methods (`last_step` may be left out)
+USE = ("use \"tensorboard\", \"mlflow\" or \"tensorboard,mlflow\", a list of names and tracker objects (a "
+       "dormouse.track.Tracker), or None for none")
 
 def missing_packages(packages) -> list[str]:
     "The modules of `packages` this Python cannot import (looked up, not imported)."
@@ -95,11 +101,24 @@ def tracker_name(t) -> str:
     "How reports and lineage.jsonl name a tracker: its `name`, else its class's."
     return str(getattr(t, "name", None) or type(t).__name__)
 
+def _items(trackers) -> list:
+    "The names and objects `trackers` gives; `ConfigError` for what gives none."
+    if trackers is None:
+        return []
+    if isinstance(trackers, str):
+        if not (items := [s.strip() for s in trackers.split(",") if s.strip()]):
+            raise ConfigError(f"trackers={trackers!r} names no tracker: {USE}")
+        return items
+    if isinstance(trackers, (list, tuple)):
+        return list(trackers)
+    if all(callable(getattr(trackers, m, None)) for m in METHODS):
+        return [trackers]  # one tracker object
+    raise ConfigError(f"trackers={trackers!r}: {USE}")
+
 def select_trackers(trackers=None) -> list:
     "Tracker objects from names (comma-separated, or a list of names and objects); refuses what cannot run."
-    items = [s.strip() for s in trackers.split(",") if s.strip()] if isinstance(trackers, str) else list(trackers or [])
     out = []
-    for t in items:
+    for t in _items(trackers):
         if isinstance(t, str):
             if t not in TRACKERS:
                 raise ConfigError(f"unknown tracker {t!r}: use {' or '.join(TRACKERS)}, or pass a tracker object "
@@ -139,6 +158,8 @@ class Feed:
         self.wake, self.opened = threading.Event(), threading.Event()  # close now; the trackers have opened
         self.off = {}  # {tracker name: where it failed, and why}
         self.start = self.last = None  # the segment's first step; the last step the loop fed
+        self.busy = None  # (tracker name, where): the call the thread is in, if any
+        self.untold = []  # [(tracker name, why)] switched off, the others not yet told
         self.thread = None
 
     def __enter__(self):
@@ -156,7 +177,9 @@ class Feed:
         self.thread = threading.Thread(target=self._work, name="dormouse-trackers", daemon=True)
         self.thread.start()
         if not self.opened.wait(OPEN_SECS):  # their imports and stores are set up before the first step, not beside it
-            print(f"trackers still opening after {OPEN_SECS:.0f} s: training starts, they catch up", file=sys.stderr)
+            busy = f" ({self.busy[0]}: {self.busy[1]})" if self.busy else ""
+            print(f"trackers still opening after {OPEN_SECS:.0f} s{busy}: training starts, they catch up",
+                  file=sys.stderr)
         return self
 
     def log(self, row: dict) -> None:
@@ -188,28 +211,69 @@ class Feed:
                 if method == "log":
                     step, args = args[0]["step"], [args[0]["step"], scalars(args[0])]
                 self._each(f"step {step}" if method == "log" else method, step, method, *args)
+                if method == "open":
+                    self._catch_up(args[0])
             if any(method != "open" for method, *_ in batch):
                 self._each("flush", step, "flush")
             self.opened.set()
             self.wake.wait(FLUSH_SECS)
             self.wake.clear()
 
+    def _call(self, t, where: str, step: int, method: str, *args) -> tuple[bool, object]:
+        "Call one tracker's `method`: (True, what it returned), or (False, None) when it raised: switched off."
+        self.busy = (tracker_name(t), where)
+        try:
+            return True, getattr(t, method)(*args)
+        except BaseException as e:  # anything a tracker raises, SystemExit included, is the tracker's failure
+            self.busy = None
+            self._switch_off(t, f"{where}: {_why(e)}")
+            return False, None
+        finally:
+            self.busy = None
+
+    def _switch_off(self, t, why: str) -> None:
+        "Close a failed tracker (what that raises is ignored), never call it again; its report and the others' mark."
+        self.trackers.remove(t)
+        try:
+            t.close("failed")
+        except BaseException:
+            pass  # it has failed already: what it does on the way out changes nothing
+        self.failures.put((tracker_name(t), why))
+        self.untold.append((tracker_name(t), why))
+
+    def _tell(self, step: int) -> None:
+        "Tell the live trackers of each one switched off since (after a round of calls: none is told before its open)."
+        while self.untold:
+            name, why = self.untold.pop(0)
+            self._each("mark tracker off", step, "mark", "tracker off", step, f"{name} switched off ({why})")
+
     def _each(self, where: str, step: int, method: str, *args) -> None:
         "Call `method` on every live tracker; one that raises is closed and switched off, and the others told."
-        failed = []
         for t in list(self.trackers):
-            try:
-                getattr(t, method)(*args)
-            except Exception as e:
-                self.trackers.remove(t)
-                failed.append((tracker_name(t), f"{where}: {_why(e)}"))
-                try:
-                    t.close("failed")
-                except Exception:
-                    pass  # it has failed already: what it does on the way out changes nothing
-        for name, why in failed:
-            self.failures.put((name, why))
-            self._each("mark tracker off", step, "mark", "tracker off", step, f"{name} switched off ({why})")
+            if t in self.trackers:
+                self._call(t, where, step, method, *args)
+        self._tell(step)
+
+    def _catch_up(self, run: RunInfo) -> None:
+        "Each tracker's rows of metrics.jsonl after the last step its store holds and before the segment's first."
+        since = []
+        for t in list(self.trackers):
+            if callable(getattr(t, "last_step", None)):
+                ok, last = self._call(t, "catch up: last_step", run.start, "last_step")
+                if ok and last is not None and last + 1 < run.start:
+                    since.append((t, max(0, last + 1)))
+        try:
+            for row in iter_metrics(run.root) if since else ():
+                if row["step"] >= run.start:
+                    break
+                for t, first in since:
+                    if row["step"] >= first and t in self.trackers:
+                        self._call(t, f"catch up: step {row['step']}", row["step"], "log", row["step"], scalars(row))
+        except Exception as e:  # metrics.jsonl unreadable: the views it cannot complete are switched off, and said
+            for t, _ in since:
+                if t in self.trackers:
+                    self._switch_off(t, f"catch up: metrics.jsonl: {_why(e)}")
+        self._tell(run.start)
 
     def _report(self) -> None:
         "Say each newly failed tracker once (stderr) and mark it in lineage.jsonl."
@@ -242,6 +306,7 @@ class Feed:
         self.wake.set()
         self.thread.join(CLOSE_SECS)
         if self.thread.is_alive():
-            self.failures.put(("trackers", f"close: still busy after {CLOSE_SECS:.0f} s, left to finish alone"))
+            name, where = self.busy or ("trackers", "close")  # the tracker it is stuck in, by its own name
+            self.failures.put((name, f"{where}: still busy after {CLOSE_SECS:.0f} s, left to finish alone"))
         self._report()
         return False

@@ -72,7 +72,8 @@ class MLflowTracker:
                 ):
         self.tracking_uri, self.experiment = tracking_uri, experiment
         self.client = self.run_id = self.root = None
-        self.pending, self.held = [], {}  # metrics not yet sent; {step: {key: value}} the store holds from the start
+        self.pending, self.held = [], {}  # rows not yet sent, each a list; {step: {key: value}} the store holds
+        self.last = None  # the last step whose loss the store holds before the segment's start (-1: none)
 
     def open(self, run) -> None:
         "Continue this run's MLflow run (or create it: plan as params), set it running, tag it, read what it holds."
@@ -93,7 +94,7 @@ class MLflowTracker:
             atomic_write(ids_file, json.dumps({**ids, uri: self.run_id}, indent=1))
         self.client.update_run(self.run_id, status="RUNNING")
         self._send(tags=run_tags(run))
-        self.held = self._held_from(run.start)
+        self.last, self.held = self._held(run.start)
 
     def _create(self, run, home: Path | None) -> str:
         "A new MLflow run named after the run directory, its strict plan as params; its id."
@@ -105,14 +106,21 @@ class MLflowTracker:
         self._send(params={k: str(v) for k, v in run.plan.items() if k not in MUTABLE})
         return self.run_id
 
-    def _held_from(self, start: int) -> dict:
-        "What the store holds at and after `start`: {step: {key: value}}."
+    def _held(self, start: int) -> tuple[int, dict]:
+        "(the last step before `start` whose loss the store holds, -1 if none; {step: {key: value}} it holds after)."
+        history = {key: self.client.get_metric_history(self.run_id, key)
+                   for key in self.client.get_run(self.run_id).data.metrics}
+        last = max((m.step for m in history.get("loss", []) if m.step < start), default=-1)
         held = {}
-        for key in self.client.get_run(self.run_id).data.metrics:
-            for m in self.client.get_metric_history(self.run_id, key):
-                if m.step >= start:
+        for key, ms in history.items():
+            for m in ms:
+                if m.step > last:
                     held.setdefault(m.step, {})[key] = m.value
-        return held
+        return last, held
+
+    def last_step(self) -> int:
+        "The last step before the segment's start whose row the store holds (-1: none), read from the store."
+        return self.last
 
     def _send(self, params: dict | None = None, tags: dict | None = None) -> None:
         "Params and tags in batches of 100 (MLflow's limit per call)."
@@ -127,17 +135,21 @@ class MLflowTracker:
         "Queue the row's values at `step`, less those the store already holds."
         from mlflow.entities import Metric
         held, now = self.held.pop(step, {}), int(time.time() * 1000)
-        self.pending += [Metric(k, float(v), now, step) for k, v in values.items() if held.get(k) != v]
+        self.pending.append([Metric(k, float(v), now, step) for k, v in values.items() if held.get(k) != v])
 
     def mark(self, event: str, step: int, text: str) -> None:
         "The event as the tag `event.<step>.<event>`."
         self.client.set_tag(self.run_id, f"event.{step:09d}.{event.replace(' ', '_')}", tag_text(text))
 
     def flush(self) -> None:
-        "Send the queued values, a batch of up to 1,000 at a time."
+        "Send the queued rows, whole rows in each batch of up to 1,000 values: a kill between two batches splits none."
         while self.pending:
-            part, self.pending = self.pending[:1000], self.pending[1000:]
-            self.client.log_batch(self.run_id, metrics=part)
+            n = 1
+            while n < len(self.pending) and sum(map(len, self.pending[:n + 1])) <= 1000:
+                n += 1
+            part, self.pending = self.pending[:n], self.pending[n:]
+            if metrics := [m for row in part for m in row]:  # rows whose every value the store holds: none
+                self.client.log_batch(self.run_id, metrics=metrics)
 
     def close(self, status: str) -> None:
         "Send the rest, log the loss plot (`loss.png`), end the run with the segment's status; close the store."

@@ -39,7 +39,7 @@ class TensorBoardTracker:
     packages = ("tensorboard",)  # what `open` imports: refused before training starts when it is missing
 
     def __init__(self, logdir=None):  # where the event files go (None: the run directory's tensorboard/)
-        self.logdir, self.writer, self.summary = logdir, None, None
+        self.logdir, self.writer, self.summary, self.held = logdir, None, None, None
 
     def open(self, run) -> None:
         "A writer for `run` (a `track.RunInfo`) whose purge step is the segment's first step; the plan at that step."
@@ -49,12 +49,18 @@ class TensorBoardTracker:
         self.summary = Summary  # what `log` builds each row from: imported once, here, not on the feed at every row
         logdir = Path(self.logdir) if self.logdir else run.root / "tensorboard"
         logdir.mkdir(parents=True, exist_ok=True)
+        shown = read_scalars(logdir) if any(logdir.glob("events.out.tfevents.*")) else {}  # purges applied
+        self.held = min(max((s for v in shown.values() for s, _ in v), default=-1), run.start - 1)
         after_existing(logdir)
         self.writer = SummaryWriter(str(logdir), purge_step=run.start)
         self.writer.add_text("plan", plan_text(run.plan), run.start)
         exp, ssi, _ = hparams({k: hparam(v) for k, v in run.plan.items()}, {"loss": 0.0})
         self.writer.file_writer.add_summary(exp, run.start)
         self.writer.file_writer.add_summary(ssi, run.start)
+
+    def last_step(self) -> int:
+        "The last step TensorBoard shows before the segment's start (-1: none), as its reader shows the files."
+        return self.held
 
     def log(self, step: int, values: dict) -> None:
         "The row at `step` as one event: a scalar per measurement (one write per row, not one per measurement)."

@@ -15,12 +15,13 @@ from .validate import validate
 from .data import Corpus, corpus_for
 from .fsio import atomic_write
 from .numerics import check_device, numeric_env, run_scope
-from .dist import DistInfo, agree_max, barrier, dist_from_env, one_run_per_process, process_group
+from .dist import (DistInfo, agree_max, barrier, check_same_env, dist_from_env, one_run_per_process,
+                           process_group)
 from .parts import Parts, build_parts, ran_forward, to_run_state
-from .step import check_world, evaluate, pre_batches, run_probes, train_step
+from .step import Looks, agreed_fingerprint, check_world, pre_batches, run_probes, run_steps
 from .checkpoints import CorpusChangedError, corpus_stamp, make_identity, new_run_id
 from .evidence import Overlap, Recorder, seal
-from .replay import VERIFY_STEPS, agreed_fingerprint
+from .replay import VERIFY_STEPS, check_verify_steps
 from .resume import Start, decide_resume
 from .commit import Committer, TablesStart, start_tables
 from .targets import open_targets
@@ -32,7 +33,7 @@ from .scorecard import run_scorecard
 
 # %% auto #0
 __all__ = ['fit_args', 'pin_inputs', 'Segment', 'lineage_row', 'fresh_start', 'open_segment', 'StopFlag', 'checkpoint',
-           'LoopHelpers', 'loop_helpers', 'log_row', 'close_loop', 'hold_run_dir', 'fit', 'close_segment',
+           'LoopLooks', 'LoopHelpers', 'loop_helpers', 'log_row', 'close_loop', 'hold_run_dir', 'fit', 'close_segment',
            'attach_score']
 
 # %% ../nbs/22_train.ipynb #943592db
@@ -41,9 +42,10 @@ def fit_args(cfg: TrainCfg, device, progress, verify_steps, trackers) -> tuple[T
     if progress not in (None, True, False):
         raise ConfigError(f"progress={progress!r}: use None or True (a progress bar; in Jupyter a live panel) or "
                           "False (quiet)")
-    if not isinstance(verify_steps, int) or isinstance(verify_steps, bool) or verify_steps < 1:
-        raise ConfigError(f"verify_steps={verify_steps!r}: use an integer >= 1, the steps of its checkpoint's "
-                          f"interval a resume replays before it trusts it (default {VERIFY_STEPS})")
+    try:
+        check_verify_steps(verify_steps)  # an integer >= 1, or "all"
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     where = "device" if device is not None else "DORMOUSE_DEVICE"
     device = check_device(device if device is not None else os.environ.get(where) or "cpu", where)
     return validate(cfg), device, select_trackers(trackers)
@@ -125,7 +127,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
                  device: str,
                  dist_info: DistInfo,  # every rank decides; rank 0 writes
                  targets=None,  # the run's offline JEPA targets: a replay trains with them
-                 verify_steps: int = VERIFY_STEPS,  # steps a resume replays before it trusts its checkpoint
+                 verify_steps: int | str = VERIFY_STEPS,  # steps a resume replays before trusting it ("all")
                 ) -> Segment:
     "Fresh parts (probes run), or the newest complete checkpoint restored; refuses a run that is not the same run."
     _check_world(cfg, dist_info)
@@ -133,6 +135,7 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         refuse_fresh_over_history(paths)  # history is evidence: a fresh start never replaces it
     stamp = corpus_stamp(corpus.data.path if corpus.manifest is None else "")  # a cache build: never rewritten
     env = numeric_env(cfg.threads, torch.device(device).type, dist_info.world)  # + the forward, below
+    check_same_env(env, dist_info, device)  # every rank computes alike, or one line naming rank and key
     parts = build_parts(cfg, device)
     if parts.compiled and dist_info.lead:
         print("compile = true: the first step at each depth compiles it (Inductor: tens of seconds on two cores the "
@@ -213,6 +216,33 @@ def checkpoint(seg: Segment, log: MetricsLog,
         raise
     barrier(dist_info)
 
+class LoopLooks(Looks):
+    "Where fit's loop looks: eval at its cadence, the fingerprint at its log cadence, at a checkpoint and on a stop."
+    def __init__(self, cfg: TrainCfg, overlap: Overlap,  # a re-trained step is looked at where the run's row was
+                 stop: StopFlag,  # Ctrl-C and SIGTERM
+                 dist_info: DistInfo, device: str,  # every rank agrees on a stop
+                ):
+        self.cfg, self.overlap, self.stop, self.dist_info, self.device = cfg, overlap, stop, dist_info, device
+        self.stopped = False  # the ranks agreed to stop after the step just run
+
+    def eval_at(self, step: int) -> bool:
+        "At the eval cadence, and wherever the run's row of a re-trained step has eval figures."
+        return self.cfg.eval and (step + 1) % self.cfg.eval_every == 0 or self.overlap.wants_eval(step)
+
+    def eval_stop(self) -> bool:
+        "A stop request abandons an eval: the step is checkpointed without it."
+        return self.stop.requested
+
+    def fingerprint_at(self, step: int) -> bool:
+        "Here the ranks agree on a stop (once a step); then: at the log cadence, a checkpoint, where the run had one."
+        self.stopped = agree_max(self.stop.requested, self.dist_info, self.device)
+        return (step + 1) % self.cfg.log_every == 0 or self.save_now(step) or self.overlap.wants_fingerprint(step)
+
+    def save_now(self, step: int) -> bool:
+        "Checkpoint after `step`: at the cadence, at the plan's last step, and on a stop."
+        done = step + 1
+        return done % self.cfg.ckpt_every == 0 or done == self.cfg.steps or self.stopped
+
 class LoopHelpers(NamedTuple):
     "What a segment's loop writes through."
     log: MetricsLog  # metrics.jsonl (rank 0)
@@ -276,7 +306,7 @@ def fit(cfg: TrainCfg,  # the plan
         progress=None,  # None: progress bar (and a live panel in Jupyter); False: quiet
         device: str | None = None,  # "cpu" (default, or $DORMOUSE_DEVICE) or "cuda"
         ckpt_background: bool = True,  # commit checkpoints on a background thread; False: in the loop (debugging)
-        verify_steps: int = VERIFY_STEPS,  # steps of its checkpoint's interval a resume replays before it trusts it
+        verify_steps: int | str = VERIFY_STEPS,  # steps of the checkpoint's interval a resume replays first ("all")
         trackers=None,  # views of the rows: "tensorboard,mlflow", or names and Tracker objects; not plan
         score: bool = False,  # a finished run's final held-out score in `attrs["score"]` (`scorecard.run_scorecard`)
        ) -> pd.DataFrame:
@@ -291,36 +321,28 @@ def fit(cfg: TrainCfg,  # the plan
         owned.callback(corpus.close)  # closed on every way out: a failed fit keeps no file open
         seg = open_segment(cfg, paths, corpus, resume=resume, allow_env_drift=allow_env_drift, device=device,
                            dist_info=dist_info, targets=targets, verify_steps=verify_steps)
-        probes, t0, stopped = pre_batches(cfg), time.time(), False
+        t0 = time.time()
         log, ui, commits, feed = loop_helpers(seg, cfg, progress, ckpt_background, views)
         owned.callback(log.close)
         owned.enter_context(feed)  # told of the run's end, or of its failure, on every way out
         with StopFlag() as stop, commits:  # leaving waits for the pending commit, on every way out
-            for step in range(seg.start, cfg.steps):
-                commits.check()  # a failed background commit raises here, at the step boundary
-                # one step of the plan: batch step + pre_batches, forward, backward, update
-                row = train_step(seg.parts, corpus, cfg, step, probe_batches=probes, device=device, rank=dist_info.rank,
-                                 world=dist_info.world, targets=targets)
-                done = step + 1
-                stopped = agree_max(stop.requested, dist_info, device)
-                save_now = done % cfg.ckpt_every == 0 or done == cfg.steps or stopped
-                # look: held-out eval and the state fingerprint at their cadences, then the row
-                if cfg.eval and done % cfg.eval_every == 0:
-                    row.update(evaluate(seg.parts, corpus, cfg, device, stop=lambda: stop.requested))
-                    stopped = agree_max(stop.requested, dist_info, device)  # a stop mid-eval: saved now
-                    save_now = save_now or stopped
-                due = done % cfg.log_every == 0 or save_now or seg.overlap.wants_fingerprint(step)
-                row["fingerprint"] = agreed_fingerprint(seg.parts, step, dist_info) if due else None
+            looks = LoopLooks(cfg, seg.overlap, stop, dist_info, device)  # eval, fingerprint, stop: when, agreed
+            # each step by the loop the replay runs too: batch step + pre_batches, forward, backward, update; then
+            # held-out eval and the state fingerprint where this loop looks (its cadences); then its row, here
+            for row in run_steps(seg.parts, corpus, cfg, seg.start, cfg.steps, looks, device=device, di=dist_info,
+                                 targets=targets):
                 row.update(segment=seg.index, t=round(time.time() - t0, 4))  # t: wall seconds into this segment
                 log_row(seg, row, log, ui, feed)  # compared (re-trained), sealed, kept, logged, fed, shown
                 # commit a checkpoint at the cadence, at the end, and on Ctrl-C or SIGTERM
-                if save_now:
+                if looks.save_now(row["step"]):
                     checkpoint(seg, log, commits, dist_info)
-                if stopped:
+                if looks.stopped:
                     break
+                commits.check()  # a failed background commit raises here, at the step boundary
             # close, still under StopFlag (a SIGTERM torchrun forwards must not kill a rank waiting here for rank 0)
             close_loop(seg, log, ui, commits, dist_info)
-        return attach_score(close_segment(seg, stopped, stop.signum), seg, corpus, cfg, score, stopped, prep)
+        return attach_score(close_segment(seg, looks.stopped, stop.signum), seg, corpus, cfg, score,
+                            looks.stopped, prep)
 
 # %% ../nbs/22_train.ipynb #7fba7c03
 def close_segment(seg: Segment,

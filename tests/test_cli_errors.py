@@ -228,7 +228,7 @@ CASES = [
     case("--quant fp4", flags("--quant", "fp4"), 2, ['quant = "fp4": use one of']),
     case("--stepz", flags("--stepz", "3"), 2, ["unrecognized arguments: --stepz"]),
     case("--device bogus", flags("--device", "bogus"), 2, ["--device 'bogus'"]),
-    case("--verify-steps 0", flags("--verify-steps", "0"), 2, ["verify_steps=0: use an integer >= 1"]),
+    case("--verify-steps 0", flags("--verify-steps", "0"), 2, ["argument --verify-steps: '0': use an integer >= 1"]),
     case("DORMOUSE_DEVICE=meta", flags(env={"DORMOUSE_DEVICE": "meta"}), 2, ["DORMOUSE_DEVICE 'meta'"]),
     case("--run-dir is a file", file_as_run_dir, 2, ["is not a directory"]),
     case("ckpt is a file, fresh", file_as_ckpt_dir(resume=False), 1, ["ckpt"]),

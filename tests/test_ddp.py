@@ -2,11 +2,12 @@
 run bit for bit on 1, 2 and 4 processes, moves between them on a resume (the world-size change verified by replaying
 an interval), and `dormouse verify` reproduces a torchrun run in one process or under torchrun."""
 
-import dataclasses, os, signal, subprocess, sys, time
+import dataclasses, os, re, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
 
+import dormouse
 from dormouse.config import load_cfg
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl
@@ -55,9 +56,14 @@ def verify_cmd(run_dir, nproc: int = 0):
     return launch + ["-m", "dormouse.cli", "verify", str(run_dir), "--quiet"]
 
 
+KIT = {str(Path(dormouse.__file__).parent) + os.sep, str(Path(dormouse.__file__).resolve().parent) + os.sep}
+
+
 def no_dormouse_traceback(r) -> bool:
-    "No frame of dormouse's in the output (torchrun's own report of a failed rank may carry its traceback)."
-    return "dormouse/" not in "".join(ln for ln in r.stderr.splitlines() if ln.lstrip().startswith("File "))
+    """No frame of the kit's own modules in the output, wherever the checkout lives and whatever it is called
+    (torchrun's own report of a failed rank carries its frames, under a checkout's .venv named dormouse too)."""
+    frames = re.findall(r'File "([^"]+)"', r.stderr or r.stdout)  # torchrun prefixes a rank's lines: "[rank0]: "
+    return not any(f.startswith(k) for f in frames for k in KIT)
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +121,8 @@ def test_verify_of_a_torchrun_run_in_one_process_and_under_torchrun(two_ranks):
     lines = r.stdout.strip().splitlines()
     intervals = [ln for ln in lines if ln.startswith("steps ")]
     assert len(intervals) == 6 and lines[-1].startswith(whole), r.stdout
-    assert all(ln.endswith("reproduced bit for bit (4 losses, 2 fingerprints) (environment: world_size 2 -> 1)")
-               for ln in intervals), r.stdout
+    done = r"reproduced bit for bit \(4 steps in 1[04] columns, 2 fingerprints\) \(environment: world_size 2 -> 1\)$"
+    assert all(re.search(done, ln) for ln in intervals), r.stdout  # 14 columns in the intervals with an eval step
     assert "curve: 24 of 24 logged steps compared with the evidence; every one agrees" in lines, r.stdout
     r = run_ok(verify_cmd(two_ranks, nproc=4))
     assert r.stdout.count("reproduced bit for bit (") == 6 and "world_size 2 -> 4" in r.stdout, r.stdout  # said once
@@ -136,6 +142,23 @@ def test_a_run_with_one_microbatch_under_torchrun_is_refused_in_one_line(cfg_fil
     assert set(said) == {"dormouse: error: micro_batch = 0 makes 1 microbatch a step (batch = 4), which 2 workers "
                          "cannot share evenly: valid world sizes are 1. Run on one of them, or start a new run with a "
                          "micro_batch 2 workers can share (e.g. micro_batch = 2)"}, said
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_ranks_in_different_numeric_environments_are_refused_in_one_line_before_anything_is_written(cfg_file, tmp_path):
+    "MKL_CBWR set on one rank only: refused at the start on every rank, naming rank 1, the key and both values."
+    one_rank = tmp_path / "rank1_env.py"
+    one_rank.write_text("import os, sys\nif os.environ['RANK'] == '1':\n"
+                        "    os.environ['MKL_CBWR'] = 'COMPATIBLE,STRICT'\n"
+                        "from dormouse.cli import main\nsys.exit(main())\n")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(one_rank), *train_cmd(cfg_file, tmp_path / "run")[3:]], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    said = {ln for ln in r.stderr.splitlines() if ln.startswith("dormouse: error:")}
+    assert r.returncode != 0 and no_dormouse_traceback(r), r.stdout + r.stderr
+    assert len(said) == 1 and next(iter(said)).startswith(
+        "dormouse: error: rank 1's numeric environment differs from rank 0's: MKL_CBWR is 'COMPATIBLE,STRICT' on rank "
+        "1, "), said
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
@@ -187,5 +210,7 @@ def test_killing_one_rank_fails_loudly_and_resume_is_bitwise(cfg_file, tmp_path)
     os.kill(ranks[-1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0, "killing a rank must fail the job"
+    # the surviving rank says it lost its peer in one line (PeerLostError), never in gloo's traceback through the kit
+    assert no_dormouse_traceback(subprocess.CompletedProcess(proc.args, proc.returncode, "", out)), out
     run_ok(torchrun(long_cfg, run, "--resume"))
     assert_same_run(ref, run)

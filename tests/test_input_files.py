@@ -41,25 +41,31 @@ def runs(tmp_path_factory):
 
 @contextlib.contextmanager
 def fifo(path: Path):
-    "A named pipe at `path`; a watchdog opens its other end after 10 s, so a reader that blocks fails, not hangs."
+    """A named pipe at `path`; a watchdog opens its other end after 3 s, so a reader that blocks fails, not hangs.
+    Yields a list that holds True once the watchdog found a reader waiting on the pipe (its write end opened): a
+    command that never opens the pipe leaves it empty however slowly it runs."""
     if path.exists():
         path.unlink()
     os.mkfifo(path)
-    stop = threading.Event()
+    stop, waited = threading.Event(), []
 
     def unblock():
-        if stop.wait(10):
+        if stop.wait(3):
             return
         while not stop.is_set():
-            for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
-                with contextlib.suppress(OSError):
-                    os.close(os.open(path, flags))
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # succeeds only while a reader has it open
+                waited.append(True)
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # a writer waiting for a reader
             stop.wait(0.2)
 
     t = threading.Thread(target=unblock, daemon=True)
     t.start()
     try:
-        yield path
+        yield waited
     finally:
         stop.set()
         t.join()
@@ -116,7 +122,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_in_one_line_and_never_waited_on(
     shutil.copy(runs / "tiny.toml", tmp_path / "tiny.toml")
     target = (run / where).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with fifo(target):
+    with fifo(target) as waited:
         before = listing(tmp_path)
         rc, out, err = run_cli(argv(run, tmp_path), capsys, monkeypatch)
         assert rc == code, (rc, out, err)
@@ -124,6 +130,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_in_one_line_and_never_waited_on(
         for w in words:
             assert w in err, (w, err)
         assert listing(tmp_path) == before, "a refused command wrote something"
+        assert not waited, "the command opened the FIFO and waited on it until the watchdog opened its other end"
 
 
 def test_dev_zero_as_the_corpus_is_not_an_empty_file(runs, tmp_path, capsys, monkeypatch):

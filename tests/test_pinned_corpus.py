@@ -6,6 +6,7 @@ import subprocess, sys, textwrap
 
 import pytest
 
+import dormouse.step as step_mod  # where fit's loop (step.run_steps) looks train_step up
 import dormouse.train as train
 from dormouse.checkpoints import CorpusChangedError
 from dormouse.config import ConfigError, cfg_from_dict, read_snapshot
@@ -32,7 +33,7 @@ def _names(run):
 def test_corpus_rewritten_mid_run_and_restored_refuses_the_checkpoint(tmp_path, corpus, monkeypatch):
     train.fit(_cfg(corpus), tmp_path / "ref", progress=False)
     raw = corpus.read_bytes()
-    real = train.train_step
+    real = step_mod.train_step
 
     def tampered(parts, data, cfg, step, *a, **kw):
         if step == 6:
@@ -41,7 +42,7 @@ def test_corpus_rewritten_mid_run_and_restored_refuses_the_checkpoint(tmp_path, 
             corpus.write_bytes(raw)  # and restored before anyone looks
         return real(parts, data, cfg, step, *a, **kw)
 
-    monkeypatch.setattr(train, "train_step", tampered)
+    monkeypatch.setattr(step_mod, "train_step", tampered)
     with pytest.raises(CorpusChangedError, match=str(corpus)) as e:
         train.fit(_cfg(corpus), tmp_path / "run", progress=False)
     assert "no checkpoint written" in str(e.value)
@@ -53,14 +54,14 @@ def test_corpus_rewritten_mid_run_and_restored_refuses_the_checkpoint(tmp_path, 
 
 def test_corpus_changed_at_a_checkpoint_is_refused_and_the_resume_checks_the_full_hash(tmp_path, corpus, monkeypatch):
     raw = corpus.read_bytes()
-    real = train.train_step
+    real = step_mod.train_step
 
     def tampered(parts, data, cfg, step, *a, **kw):
         if step == 7:
             corpus.write_bytes(raw[:-1] + b"!")  # one byte at the end: the end window of the stamp sees it
         return real(parts, data, cfg, step, *a, **kw)
 
-    monkeypatch.setattr(train, "train_step", tampered)
+    monkeypatch.setattr(step_mod, "train_step", tampered)
     with pytest.raises(CorpusChangedError, match="sampled bytes differ"):
         train.fit(_cfg(corpus), tmp_path / "run", progress=False)
     monkeypatch.undo()
@@ -71,15 +72,16 @@ def test_corpus_changed_at_a_checkpoint_is_refused_and_the_resume_checks_the_ful
 
 _TRUNCATE = textwrap.dedent("""
     import sys
+    import dormouse.step as step_mod
     import dormouse.train as train
     from dormouse.testing import tiny_cfg
     corpus, run = sys.argv[1], sys.argv[2]
-    real = train.train_step
+    real = step_mod.train_step
     def step(parts, data, cfg, s, *a, **kw):
         if s == 4:  # the batch of step 4 starts past the first page (a mapped page past EOF faults)
             open(corpus, "r+b").truncate(64)  # the corpus shrinks under the running run
         return real(parts, data, cfg, s, *a, **kw)
-    train.train_step = step
+    step_mod.train_step = step
     try:
         train.fit(tiny_cfg(data=corpus, steps=10, ckpt_every=5, eval=False, batch=8, seq_len=128), run,
                   progress=False)

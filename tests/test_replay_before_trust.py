@@ -3,13 +3,12 @@ trusts it, whatever the environment record says (an SDPA switch flipped in a not
 code is environment (an edited exported module is refused naming the step, a comment-only edit resumes, verified);
 and `dormouse verify` proves the curve a reader sees (an edited row fails, resealed or not)."""
 
-import dataclasses, json, os, shutil, subprocess, sys, textwrap
+import dataclasses, json, os, subprocess, sys, textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-import dormouse
 from dormouse.cli import main
 from dormouse.config import ConfigError
 from dormouse.container import load_ckpt
@@ -19,7 +18,7 @@ from dormouse.numerics import EnvDriftError, kit_code, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl, read_lineage
-from dormouse.testing import assert_same_run, rewrite_ckpt, stopped_at, tiny_cfg
+from dormouse.testing import assert_same_run, rewrite_ckpt, source_copy, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
@@ -37,7 +36,7 @@ def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_w
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(CFG, run, resume=True, progress=False, verify_steps=4)
     seg = read_lineage(run)[-1]
-    assert seg["replayed"] == {"from_step": 10, "to_step": 14, "losses": 4, "fingerprints": 1}
+    assert seg["replayed"] == {"from_step": 10, "to_step": 14, "interval": [10, 20], "losses": 4, "fingerprints": 1}
     assert seg["unverified"] is None and seg["env_verified"] is None and not seg["env_waived"]
     assert_same_run(ref, run)
 
@@ -45,8 +44,8 @@ def test_every_resume_replays_the_first_steps_of_its_interval_and_lineage_says_w
 def test_a_changed_record_still_replays_the_whole_interval(ref, tmp_path):
     run = stopped_at(ref, tmp_path / "run", 20)
     fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False, verify_steps=4)
-    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
-                                             "keys": ["threads"]}
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "interval": [10, 20], "losses": 10,
+                                                     "fingerprints": 3, "keys": ["threads"]}
 
 
 def test_a_resume_after_flipping_an_sdpa_switch_is_refused_naming_the_step(ref, tmp_path):
@@ -94,8 +93,8 @@ def test_a_checkpoint_of_another_kit_version_is_replayed_not_trusted(ref, tmp_pa
     p = RunPaths(run).ckpt_dir / "step_000020.dmck"
     rewrite_ckpt(p, env={**load_ckpt(p).env, "dormouse": "0.0.9"})
     fit(CFG, run, resume=True, progress=False)
-    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3,
-                                             "keys": ["dormouse"]}
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 10, "to_step": 20, "interval": [10, 20], "losses": 10,
+                                                     "fingerprints": 3, "keys": ["dormouse"]}
     run2 = stopped_at(ref, tmp_path / "run2", 20)
     p2 = RunPaths(run2).ckpt_dir / "step_000020.dmck"
     ev = load_ckpt(p2).evidence
@@ -122,10 +121,9 @@ def test_a_killed_run_resumed_with_another_log_every_is_the_same_run(ref, tmp_pa
 
 
 def _kit_copy(tmp_path) -> Path:
-    "A copy of the installed kit's modules, to edit as a user edits a notebook and re-exports it."
+    "A copy of the kit (its notebooks too, from source), to edit as a user edits a notebook and re-exports it."
     root = tmp_path / "kit"
-    shutil.copytree(Path(dormouse.__file__).parent, root / "dormouse", ignore=shutil.ignore_patterns("__pycache__"))
-    assert kit_code(root / "dormouse") == kit_code()
+    assert kit_code(source_copy(root)) == kit_code()
     return root
 
 
@@ -142,12 +140,21 @@ def _resume_with(kit: Path, run: Path):
 
 
 def test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_resumes(ref, tmp_path):
+    """Issue 55's repro: an off-by-one edit of the data index in the loop fit runs (`step.run_steps`, which the
+    replay runs too), then a resume: refused naming step 10. Issue 39's: the GELU's tanh form in model.py."""
     kit = _kit_copy(tmp_path)
-    model = kit / "dormouse" / "model.py"
-    src = model.read_text()
-    assert src.count("F.gelu(self.up(x))") == 1
-    model.write_text(src.replace("F.gelu(self.up(x))", 'F.gelu(self.up(x), approximate="tanh")'))
+    step, model = kit / "dormouse" / "step.py", kit / "dormouse" / "model.py"
+    index, src = step.read_text(), model.read_text()
+    assert index.count("probe_batches=pre_batches(cfg), device=device") == 1 and src.count("F.gelu(self.up(x))") == 1
+    step.write_text(index.replace("probe_batches=pre_batches(cfg), device=device",
+                                  "probe_batches=pre_batches(cfg) + 1, device=device"))
     run = stopped_at(ref, tmp_path / "run", 20)
+    before = _listing(run)
+    r = _resume_with(kit, run)
+    assert r.returncode != 0 and "Replaying steps 10-19 under this environment does not reproduce the run: step 10: " \
+        "loss" in r.stderr, r.stdout + r.stderr
+    step.write_text(index)
+    model.write_text(src.replace("F.gelu(self.up(x))", 'F.gelu(self.up(x), approximate="tanh")'))
     before = _listing(run)
     r = _resume_with(kit, run)
     assert r.returncode != 0 and "EnvDriftError" in r.stderr, r.stdout + r.stderr
@@ -196,8 +203,9 @@ def test_verify_names_missing_and_duplicated_rows_and_says_what_it_covered(ref, 
     assert got.status == "differs" and got.curve.disagree["missing: the evidence has the step, the curve does not"] \
         == [5] and got.curve.disagree["duplicated: the step is logged twice"] == [20]
     ok = verify(ref, progress=False, log=lambda m: None)
-    assert ok.coverage() == ["replayed: 30 of the run's 30 steps reproduced bit for bit",
-                             "curve: 30 of 30 logged steps compared with the evidence; every one agrees"]
+    assert ok.coverage()[:2] == ["replayed: 30 of the run's 30 steps reproduced bit for bit",
+                                 "curve: 30 of 30 logged steps compared with the evidence; every one agrees"]
+    assert ok.coverage()[2].startswith("columns compared with the evidence: loss, bf16, ce, depth, eval_cold_bpb_d1, ")
 
 
 def test_verify_of_a_run_with_a_corrupt_newest_checkpoint_exits_non_zero(ref, tmp_path):
@@ -248,7 +256,10 @@ def test_verify_bad_arguments_are_one_line_before_any_output(ref, args, says, ca
     (lambda run: fit(tiny_cfg(), run, progress="x"), "progress='x'"),
     (lambda run: fit(tiny_cfg(), run, verify_steps="a"), "verify_steps='a': use an integer >= 1"),
     (lambda run: fit(tiny_cfg(), run, verify_steps=0), "verify_steps=0"),
-], ids=["dict", "None", "model dict", "device 0", "progress x", "verify_steps a", "verify_steps 0"])
+    (lambda run: fit(tiny_cfg(), run, trackers=42), "trackers=42: use \"tensorboard\""),
+    (lambda run: fit(tiny_cfg(), run, trackers=""), "trackers='' names no tracker"),
+], ids=["dict", "None", "model dict", "device 0", "progress x", "verify_steps a", "verify_steps 0", "trackers 42",
+        "trackers empty"])
 def test_fit_refuses_each_bad_argument_in_one_line_naming_it(tmp_path, call, says):
     with pytest.raises(ConfigError) as e:
         call(tmp_path / "run")

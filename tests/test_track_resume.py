@@ -121,6 +121,27 @@ def test_killed_after_its_checkpoint_and_resumed_each_tracker_shows_one_value_pe
     assert json.loads(tags["segment.1"])["trackers"] == ["tensorboard", "mlflow"]
 
 
+def test_killed_before_the_first_flush_after_its_checkpoint_and_resumed_each_tracker_shows_every_step(cfg_file,
+                                                                                                     tmp_path):
+    """The feed never flushed a row (FLUSH_SECS an hour in the killed process): both stores hold none of steps 0-13 when
+    the run is SIGKILLed after its checkpoint at step 10. The resume catches each view up from metrics.jsonl (steps
+    0-9, after the last step each store holds, read from the store), then re-trains 10-29: one value per step."""
+    run, flag = tmp_path / "run", tmp_path / "hold"
+    cmd = held_train_cmd(cfg_file, run, *TRACK, at=HELD, flag=flag)
+    cmd[2] = "import dormouse.track\ndormouse.track.FLUSH_SECS = 3600.0\n" + cmd[2]  # no flush after the open
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for("the hold", lambda: flag.with_suffix(".reached").exists(), proc)
+    wait_for("the checkpoint at step 10", lambda: (RunPaths(run).ckpt_dir / "step_000010.dmck").exists(), proc)
+    run_id = kept_run_id(run)  # opened, its MLflow run made: but no row sent yet
+    assert (tb_last_step(run), mlflow_last_step(run)) == (-1, -1)
+    proc.kill()
+    proc.wait()
+    assert len(read_jsonl(RunPaths(run).metrics)) == HELD
+    r = subprocess.run(train_cmd(cfg_file, run, "--resume", *TRACK), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_one_value_per_step(run, run_id)
+
+
 def test_stopped_by_sigterm_and_resumed_each_tracker_shows_one_value_per_step(cfg_file, tmp_path):
     run, flag = tmp_path / "run", tmp_path / "hold"
     proc = held_run(cfg_file, run, flag)

@@ -41,8 +41,8 @@ def test_adding_and_removing_trackers_on_a_resume_is_not_drift_and_the_run_is_th
     assert (run / "config.toml").read_bytes() == (plain / "config.toml").read_bytes()  # the plan never names one
     assert not any("track" in k for k in field_names()), "a tracker is not a config key"
     assert [s.get("trackers") for s in read_lineage(run)] == [["tensorboard", "mlflow"], None, ["tensorboard"]]
-    # TensorBoard shows the segments it fed: steps 0-9, then 20-29
-    assert [s for s, _ in read_scalars(run / "tensorboard")["loss"]] == [*range(10), *range(20, 30)]
+    # TensorBoard, added back at step 20, was caught up from metrics.jsonl with the steps it missed: one curve, 0-29
+    assert [s for s, _ in read_scalars(run / "tensorboard")["loss"]] == list(range(30))
     told = Told()
     fit(CFG, run, resume=True, progress=False, trackers=[told])  # nothing to train: no segment, nothing to tell
     assert told.calls == [] and len(read_lineage(run)) == 3
@@ -94,6 +94,69 @@ def test_a_failing_tracker_is_reported_once_switched_off_marked_and_the_run_is_t
     assert_same_run(plain, tmp_path / "run")
 
 
+class Raises(Tracker):
+    "A tracker whose `log` raises `error` at step 7; keeps the steps it is given and how it is closed."
+
+    def __init__(self, name, error):
+        self.name, self.error, self.calls, self.closed = name, error, [], []
+
+    def log(self, step, values):
+        self.calls.append(step)
+        if step == 7:
+            raise self.error
+
+    def close(self, status):
+        self.closed.append(status)
+
+
+def test_a_tracker_failing_in_any_way_is_reported_by_its_name_and_a_healthy_one_gets_every_row(plain, tmp_path, capfd):
+    "Not only OSError: a ValueError, a RuntimeError, MLflow's and SQLAlchemy's own errors, even SystemExit."
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import OperationalError
+
+    kinds = {"value": ValueError("a bad value"), "runtime": RuntimeError("boom"),
+             "mlflow_error": MlflowException("the store said no"),
+             "sqlalchemy_error": OperationalError("INSERT INTO metrics", {}, Exception("database is locked")),
+             "exits": SystemExit(3)}
+    failing, healthy = [Raises(name, e) for name, e in kinds.items()], Told()
+    fit(CFG, tmp_path / "run", progress=False, trackers=[*failing, healthy])
+    err = capfd.readouterr().err
+    off = read_lineage(tmp_path / "run")[-1]["trackers_off"]
+    for t in failing:
+        said = f"step 7: {type(t.error).__name__}"
+        assert err.count(f"tracker {t.name} failed ({said}") == 1, err  # once, by its own name
+        assert off[t.name].startswith(said), off
+        assert (t.calls, t.closed) == (list(range(8)), ["failed"]), t.name  # closed, never called again
+    assert set(off) == set(kinds)
+    assert [c for c in healthy.calls if c != "open"] == list(range(CFG.steps))  # the healthy one: every row
+    assert_same_run(plain, tmp_path / "run")
+
+
+def test_a_hung_tracker_is_named_with_the_call_it_is_stuck_in(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(track, "CLOSE_SECS", 2.0)
+    release, stuck = threading.Event(), threading.Event()
+
+    class Hangs(Tracker):
+        name = "hangs"
+
+        def log(self, step, values):
+            if step == 3:
+                stuck.set()
+                release.wait(120)
+
+    try:
+        fit(tiny_cfg(steps=6), tmp_path / "run", progress=False, trackers=[Hangs()])
+    finally:
+        release.set()
+        for t in threading.enumerate():  # the feed left behind finishes once released: none outlives this test
+            if t.name == "dormouse-trackers":
+                t.join(30)
+    assert stuck.is_set()
+    said = "step 3: still busy after 2 s, left to finish alone"
+    assert f"tracker hangs failed ({said})" in capfd.readouterr().err
+    assert read_lineage(tmp_path / "run")[-1]["trackers_off"] == {"hangs": said}
+
+
 @pytest.mark.parametrize("module, name", [("tensorboard", "tensorboard"), ("mlflow", "mlflow"),
                                           ("sqlalchemy", "mlflow")])
 def test_a_tracker_whose_package_is_missing_is_refused_naming_the_extra_before_anything_is_written(
@@ -108,6 +171,7 @@ def test_a_tracker_whose_package_is_missing_is_refused_naming_the_extra_before_a
 @pytest.mark.parametrize("track, said", [
     ("mlflow", "dormouse: error: tracker mlflow needs mlflow, not installed: pip install 'dormouse[track]'"),
     ("wandb", "dormouse: error: unknown tracker 'wandb': use tensorboard or mlflow, or pass a tracker object"),
+    ("", "dormouse: error: argument --track: '' names no tracker: use tensorboard, mlflow or tensorboard,mlflow"),
 ])
 def test_the_command_line_refuses_a_tracker_it_cannot_run_in_one_line(track, said, tmp_path):
     cfg_file = tmp_path / "cfg.toml"

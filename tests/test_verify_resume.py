@@ -107,7 +107,8 @@ def test_a_thread_change_is_verified_by_replay_and_the_run_is_the_same(ref, tmp_
     fit(dataclasses.replace(CFG, threads=2), run, resume=True, progress=False)
     seg = read_lineage(run)[-1]
     assert seg["env_drift"] == {"threads": [1, 2]} and not seg["env_waived"]
-    assert seg["env_verified"] == {"from_step": 10, "to_step": 20, "losses": 10, "fingerprints": 3, "keys": ["threads"]}
+    assert seg["env_verified"] == {"from_step": 10, "to_step": 20, "interval": [10, 20], "losses": 10,
+                                   "fingerprints": 3, "keys": ["threads"]}
     assert_same_run(ref, run)
 
 
@@ -196,8 +197,8 @@ def test_the_default_model_resumed_on_another_thread_count_is_verified(threads, 
     fit(cfg, tmp_path / "ref", progress=False)
     run = stopped_at(tmp_path / "ref", tmp_path / "run", 3)
     fit(dataclasses.replace(cfg, threads=threads[1]), run, resume=True, progress=False)
-    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 0, "to_step": 3, "losses": 3, "fingerprints": 4,
-                                             "keys": ["threads"]}
+    assert read_lineage(run)[-1]["env_verified"] == {"from_step": 0, "to_step": 3, "interval": [0, 3], "losses": 3,
+                                                     "fingerprints": 4, "keys": ["threads"]}
     assert_same_run(tmp_path / "ref", run)
 
 
