@@ -19,9 +19,9 @@ from .rng import STREAM_DATA, STREAM_EVAL, keyed_perm
 
 # %% auto #0
 __all__ = ['CORPUS_FORMAT', 'SKIP_DIRS', 'READ_CHUNK', 'EVAL_SEED', 'CorpusError', 'cache_dir', 'cache_write', 'cache_lock',
-           'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus', 'min_corpus_bytes',
-           'keyed_sequences', 'FileBytes', 'Corpus', 'unit_starts', 'corpus_codes', 'training_answers', 'text_codes',
-           'load_corpus', 'corpus_for', 'default_corpus_bytes']
+           'QuietBar', 'prep_bar', 'source_files', 'file_sha256', 'stdlib_root', 'holdout_files', 'build_dir_corpus',
+           'min_corpus_bytes', 'keyed_sequences', 'FileBytes', 'Corpus', 'unit_starts', 'corpus_codes',
+           'training_answers', 'text_codes', 'load_corpus', 'corpus_for', 'default_corpus_bytes']
 
 # %% ../nbs/03_data.ipynb #20b41fb4
 CORPUS_FORMAT = 1  # version of the built directory-corpus layout (part of its cache key)
@@ -66,7 +66,7 @@ def cache_lock(name: str):
             stale.unlink(missing_ok=True)
         yield
 
-class _Quiet:
+class QuietBar:
     "The bar of a preparation no one watches."
     def update(self, n: int) -> None:
         pass
@@ -74,9 +74,12 @@ class _Quiet:
     def close(self) -> None:
         pass
 
-def _bar(progress, what: str, total: int):
+def prep_bar(progress,  # progress(what, total) -> a bar (update, close), or None
+             what: str,  # the job, as the bar names it
+             total: int,  # bytes it will read
+            ):
     "A preparation's bar: `progress(what, total)`, or a quiet one."
-    return _Quiet() if progress is None else progress(what, total)
+    return QuietBar() if progress is None else progress(what, total)
 
 # %% ../nbs/03_data.ipynb #a98cc6dd
 def source_files(root: Path,  # the directory
@@ -98,7 +101,7 @@ def file_sha256(path: Path,  # a regular file
     "sha256 of a regular file, read in chunks."
     h = hashlib.sha256()
     with open_regular(path) as f:
-        bar = _bar(progress, f"hashing {path}", os.fstat(f.fileno()).st_size)
+        bar = prep_bar(progress, f"hashing {path}", os.fstat(f.fileno()).st_size)
         try:
             while b := f.read(chunk):
                 h.update(b)
@@ -176,7 +179,7 @@ def build_dir_corpus(root: Path,  # the directory
                 return bin_p, meta
         total = sum(size for _, size, _ in listing)
         check_disk(cache_dir(), total, f"the build of corpus {root}", "set DORMOUSE_CACHE to a disk with more room")
-        bar, got = _bar(progress, f"building the corpus of {root}", total), {}
+        bar, got = prep_bar(progress, f"building the corpus of {root}", total), {}
         try:
             cache_write(bin_p, lambda f: got.update(files=_lay_out(root, rels, holdout_frac, f, bar)))
             files, sha = got["files"]
@@ -417,7 +420,7 @@ def _write_codes(corpus: Corpus, orders: list[int], train: bool, key: str, progr
     check_memory(need, what, "train with fewer model.match_orders")
     check_disk(cache_dir(), 2 * n * len(orders) + need, what, "set DORMOUSE_CACHE to a disk with more room")
     read, tables, meta = (lambda lo, m: corpus.data[lo:lo + m]), [], {"shape": [n, len(orders)]}
-    bar = _bar(progress, f"coding {corpus.source} ({len(orders)} match orders)", n)
+    bar = prep_bar(progress, f"coding {corpus.source} ({len(orders)} match orders)", n)
     def fill(f):  # the codes arrive in corpus order: appended as they come
         h = xxhash.xxh3_64()
         def write(lo, codes):

@@ -8,7 +8,7 @@ import hashlib, json, os, sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .data import READ_CHUNK, Corpus, CorpusError, cache_dir, cache_write, source_files
+from .data import READ_CHUNK, Corpus, CorpusError, cache_dir, cache_write, prep_bar, source_files
 from .match import KeyBitmap, gram_hashes
 
 # %% auto #0
@@ -109,8 +109,8 @@ def _spread(ends: np.ndarray, n: int, k: int) -> np.ndarray:
 
 def _in_training(corpus: Corpus, asked: np.ndarray, k: int, progress) -> np.ndarray:
     "Which of the sorted hashes `asked` are of a k-byte string of the training text: its text read once, in chunks."
-    known, bar = np.zeros(len(asked), dtype=bool), None if progress is None else \
-        progress("reading the training text for the held-out bytes it also holds", corpus.n_train)
+    known = np.zeros(len(asked), dtype=bool)
+    bar = prep_bar(progress, "reading the training text for the held-out bytes it also holds", corpus.n_train)
     bitmap = KeyBitmap(asked)
     for a in range(0, corpus.n_train if len(asked) else 0, READ_CHUNK):
         lo, b = max(0, a - k + 1), min(a + READ_CHUNK, corpus.n_train)
@@ -118,10 +118,8 @@ def _in_training(corpus: Corpus, asked: np.ndarray, k: int, progress) -> np.ndar
         h = h[bitmap.maybe(h)]
         at = np.minimum(np.searchsorted(asked, h), len(asked) - 1)
         known[at[asked[at] == h]] = True
-        if bar is not None:
-            bar.update(b - a)
-    if bar is not None:
-        bar.close()
+        bar.update(b - a)
+    bar.close()
     return known
 
 def shared_bytes(corpus: Corpus,  # the run's corpus

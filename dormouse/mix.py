@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 import torch
+from .data import prep_bar
 from .match import KeyBitmap
 from .numerics import numeric_scope
 from .score import START_BYTE
@@ -160,13 +161,6 @@ def _count_text(train, n: int, bitmaps: list, pairs: dict, exact: dict, budget: 
                 pairs[k].add(_keys(ct, raw[j]), closed)
         bar.update(b - a)
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
 def _stream(units: list[bytes]) -> tuple:
     "(bytes, unit number, first position of its unit, scored) of each position of the units read as one stream."
     stream = np.frombuffer(b"".join(bytes([START_BYTE]) + bytes(u) for u in units), dtype=np.uint8)
@@ -199,7 +193,7 @@ class TextCounts:
             if k > EXACT:
                 self.pairs[k] = _Pairs(_distinct(_keys(ctx[ok], np.zeros(int(ok.sum()), np.uint8)) >> 8)[0], count)
         self.exact = {k: np.zeros(1 << (8 * (k + 1)), dtype=count) for k in range(1, min(EXACT, orders) + 1)}
-        bar = _NoBar() if progress is None else progress("counting the training text for the count model", n)
+        bar = prep_bar(progress, "counting the training text for the count model", n)
         try:
             with numeric_scope(1):  # its sorts on one thread: two spin-wait beside a busy core, tens of times slower
                 _count_text(train, n, bitmaps, self.pairs, self.exact, budget, bar)
