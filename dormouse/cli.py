@@ -49,7 +49,7 @@ def cmd_train(args) -> int:
         last = df.iloc[-1]
         evals = {c: df[c].dropna().iloc[-1] for c in df.columns if c.startswith("eval_") and df[c].notna().any()}
         ev = "  ".join(f"{k}={v:.4f}" for k, v in evals.items() if "_bpb_" not in k)
-        print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}")
+        print(f"step {int(last.step) + 1}/{cfg.steps}  loss {last.loss:.4f}  {ev}  (nats/byte; the score is bits/byte)")
     if df.attrs.get("score") is not None:
         print(df.attrs["score"])  # `dormouse.scorecard.Scorecard`: the final held-out score beside every compressor
     if df.attrs.get("score_note"):

@@ -17,7 +17,7 @@ from .mix import MIX, Mix, count_bytes, count_model, mixed_bits
 from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score
 
 # %% auto #0
-__all__ = ['Scorecard', 'report_lines', 'report_streams', 'final_score', 'run_scorecard']
+__all__ = ['Scorecard', 'report_lines', 'report_streams', 'final_score', 'score_switches', 'run_scorecard']
 
 # %% ../nbs/18c_scorecard.ipynb #sc000007
 @dataclass(frozen=True)
@@ -209,6 +209,15 @@ def final_score(model,  # the run's `DormouseModel`
         inloop, cfg.eval_batches * cfg.batch, *mixed)
 
 # %% ../nbs/18c_scorecard.ipynb #sc000012
+def score_switches() -> tuple[int, Mix | None, Adapt | None]:
+    "(the held-out sample's bound, the mix, the adaptation) that $DORMOUSE_SCORE_BYTES, _MIX and _ADAPT ask for."
+    said = {}
+    for knob, what in (("MIX", "0: not mixed with counts (faster)"), ("ADAPT", "1: adapting too (slower)")):
+        said[knob] = os.environ.get(f"DORMOUSE_SCORE_{knob}", "").strip()
+        if said[knob] not in ("", "0", "1"):
+            raise ConfigError(f"DORMOUSE_SCORE_{knob}={said[knob][:40]!r}: use 0 or 1 ({what}), or leave it unset")
+    return score_bytes(), None if said["MIX"] == "0" else MIX, ADAPT if said["ADAPT"] == "1" else None
+
 def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
                   rows,  # the run's metrics frame: its last in-loop eval is set beside the score
                   ckpt: str,  # the name of the run's last checkpoint, for the message after Ctrl-C
@@ -217,12 +226,11 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
                  ) -> tuple[Scorecard | None, str]:
     "The final score of a finished run, or None and why not; Ctrl-C stops the score, never the run."
     try:
-        if not cfg.eval or not score_bytes():
+        n_bytes, mix, adapt = score_switches()
+        if not cfg.eval or not n_bytes:
             return None, ""  # no eval asked for, or DORMOUSE_SCORE_BYTES=0: no final score
         col = f"eval_cold_bpb_d{cfg.model.depth}"
         inloop = float(rows[col].dropna().iloc[-1]) if col in rows and rows[col].notna().any() else None
-        mix = None if os.environ.get("DORMOUSE_SCORE_MIX", "").strip() == "0" else MIX  # 0: not mixed (faster)
-        adapt = ADAPT if os.environ.get("DORMOUSE_SCORE_ADAPT", "").strip() == "1" else None  # 1: adapting too (slower)
         log(f"scoring the held-out sample like a compressor, static{' and adapting' if adapt else ''} "
             f"({cfg.seq_len}-byte windows)" + (", alone and mixed with counts" if mix else "") + " ...")
         return final_score(model, tables, corpus, cfg, inloop, adapt=adapt, mix=mix, progress=progress), ""

@@ -29,7 +29,7 @@ from .rundir import (MetricsLog, RunLock, RunPaths, keep_rows_before, mark_segme
                              refuse_fresh_over_history, rows_before, write_jsonl)
 from .track import Feed, select_trackers
 from .view import Progress, prep_progress
-from .scorecard import run_scorecard
+from .scorecard import run_scorecard, score_switches
 
 # %% auto #0
 __all__ = ['fit_args', 'pin_inputs', 'Segment', 'lineage_row', 'fresh_start', 'open_segment', 'StopFlag', 'checkpoint',
@@ -312,6 +312,8 @@ def fit(cfg: TrainCfg,  # the plan
        ) -> pd.DataFrame:
     "Train `cfg` in `run_dir` (fresh, or resumed) and return one metrics row per step of the whole run."
     cfg, device, views = fit_args(cfg, device, progress, verify_steps, trackers)  # a bad argument: one line, now
+    if score:
+        score_switches()  # a bad DORMOUSE_SCORE_BYTES, _MIX or _ADAPT: one line now, not after the run
     dist_info, paths = dist_from_env(), RunPaths(Path(run_dir))
     with process_group(dist_info, device) as device, one_run_per_process(), run_scope(cfg.threads, device), \
             hold_run_dir(paths, resume, dist_info), contextlib.ExitStack() as owned:
