@@ -22,9 +22,10 @@ from .container import MAGIC, RunState, load_ckpt, save_ckpt
 from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
-__all__ = ['tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'losses', 'final_ckpt', 'stopped_at',
-           'rewrite_ckpt', 'source_copy', 'bitwise_equal', 'state_diff', 'assert_same_state', 'assert_same_run',
-           'ThreadExchange', 'virtual_workers', 'accumulation_check', 'train_cmd', 'torchrun', 'held_train_cmd']
+__all__ = ['PREP_JOBS', 'tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'losses', 'final_ckpt',
+           'stopped_at', 'rewrite_ckpt', 'source_copy', 'bitwise_equal', 'state_diff', 'assert_same_state',
+           'assert_same_run', 'ThreadExchange', 'virtual_workers', 'accumulation_check', 'train_cmd', 'torchrun',
+           'held_train_cmd', 'is_prep']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -301,3 +302,11 @@ def held_train_cmd(cfg_file, run_dir, *extra,
     "`train_cmd`, held after `at` steps until the test lets it go: a kill or a signal lands at that exact moment."
     return [sys.executable, "-c", _HOLD, str(at), str(flag), *train_cmd(cfg_file, run_dir, *extra)[3:]]
 
+
+# %% ../nbs/23_testing.ipynb #tst0prep2
+PREP_JOBS = ("building ", "hashing ", "coding ", "reading ", "counting ")  # how a preparation's bar names its job
+
+def is_prep(output: dict) -> bool:
+    "A notebook output from a corpus's preparation (`data.prep_bar`: its bar, or its closing line), not the run's."
+    text = output.get("text") or output.get("data", {}).get("text/plain", "")
+    return text.startswith(PREP_JOBS)

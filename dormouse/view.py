@@ -16,8 +16,8 @@ from .data import CorpusError, corpus_for
 from .rundir import RunDirError, RunPaths, iter_metrics, read_lineage
 
 # %% auto #0
-__all__ = ['in_notebook', 'output_kind', 'progress_line', 'LivePanel', 'Progress', 'PrepBar', 'prep_progress', 'run_baselines',
-           'Trace', 'plot_run', 'Comparison', 'compare_runs']
+__all__ = ['in_notebook', 'output_kind', 'progress_line', 'progress_bundle', 'LivePanel', 'Progress', 'PrepBar', 'prep_progress',
+           'run_baselines', 'Trace', 'plot_run', 'Comparison', 'compare_runs']
 
 # %% ../nbs/21_view.ipynb #ebadca6f
 def in_notebook() -> bool:
@@ -90,6 +90,15 @@ def _png(fig, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 # %% ../nbs/21_view.ipynb #321016ad
+def progress_bundle(line: str,  # the plain progress line
+                    done: int,  # how far (steps, or bytes)
+                    total: int,  # out of how much
+                   ) -> dict:
+    "A progress line for a notebook output: HTML (a <progress> bar and the line), the plain line as its fallback."
+    bar = f'<progress value="{done}" max="{total}" style="width: 16em; vertical-align: middle"></progress>'
+    text = f'<div class="dormouse-progress">{bar} <code>{html.escape(line)}</code></div>'
+    return {"text/plain": line, "text/html": text}
+
 class LivePanel:
     "In Jupyter, a run's figure (redrawn at most once a second) and progress line, each one output updated in place."
     def __init__(self, line: str,  # the first progress line
@@ -104,9 +113,7 @@ class LivePanel:
 
     def _line_bundle(self, line: str, done: int) -> dict:
         "The progress line as HTML (a <progress> bar and the line) with the plain line as its text fallback."
-        bar = f'<progress value="{done}" max="{self.steps}" style="width: 16em; vertical-align: middle"></progress>'
-        text = f'<div class="dormouse-progress">{bar} <code>{html.escape(line)}</code></div>'
-        return {"text/plain": line, "text/html": text}
+        return progress_bundle(line, done, self.steps)
 
     def update(self, line: str, done: int, rows: list[dict], force: bool = False) -> None:
         "Show `line`; redraw the figure from `rows` if a second has passed since the last drawing (or `force`)."
@@ -176,29 +183,43 @@ class Progress:
 
 # %% ../nbs/21_view.ipynb #prep0002
 class PrepBar:
-    "One preparation's progress in bytes: a tqdm bar (rate, time left) where one shows, and a line when it ends."
+    "One preparation's progress in bytes: a bar (rate, time left) where one shows, and a line when it ends."
     def __init__(self, what: str,  # the job, as the bar and the line name it
                  total: int,  # bytes it will read
                  kind: str,  # 'notebook', 'terminal' or 'lines' (`output_kind`)
                  stream,  # where the bar and the line go
                 ):
-        self.what, self.total, self.stream, self.done, self.t0 = what, total, stream, 0, time.time()
-        bar = tqdm if kind == "terminal" else None
-        if kind == "notebook":
-            from tqdm.auto import tqdm as bar  # the notebook's widget: optional, as Jupyter is
-        self.bar = None if bar is None else bar(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024,
-                                                leave=False, file=stream, dynamic_ncols=True)
+        self.what, self.total, self.stream, self.done, self.t0, self.shown = what, total, stream, 0, time.time(), 0.0
+        self.bar = self.handle = None
+        if kind == "terminal":
+            self.bar = tqdm(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                            file=stream, dynamic_ncols=True)
+        elif kind == "notebook":  # one output updated in place, as the live panel's line: no widget to save
+            from IPython.display import display
+            self.handle = display(progress_bundle(self._line(), 0, total), raw=True, display_id=True)
+
+    def _line(self) -> str:
+        "The job, how far it is, its rate and the time left."
+        took = max(time.time() - self.t0, 1e-9)
+        rate, left = self.done / took, self.total - self.done
+        eta = tqdm.format_interval(left / rate) if rate > 0 else "?"
+        return f"{self.what}: {size_text(self.done)} of {size_text(self.total)}, {size_text(int(rate))}/s, eta {eta}"
 
     def update(self, n: int) -> None:
         "n more bytes read."
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
+        if self.handle is not None and time.time() - self.shown >= 0.5:  # at most twice a second
+            self.shown = time.time()
+            self.handle.update(progress_bundle(self._line(), self.done, self.total), raw=True)
 
     def close(self) -> None:
-        "The bar closed; the line said if the job took a second or more."
+        "The bar closed (in a notebook: its last state); the line said if the job took a second or more."
         if self.bar is not None:
             self.bar.close()
+        if self.handle is not None:
+            self.handle.update(progress_bundle(self._line(), self.done, self.total), raw=True)
         took = time.time() - self.t0
         if took >= 1.0:
             print(f"{self.what}: {size_text(self.done)} in {took:.1f} s ({size_text(int(self.done / took))}/s)",

@@ -10,7 +10,7 @@ import torch
 from dormouse.config import ConfigError
 from dormouse.container import load_ckpt
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import assert_same_run, tiny_cfg
+from dormouse.testing import assert_same_run, is_prep, tiny_cfg
 from dormouse.train import fit
 
 
@@ -97,7 +97,7 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     assert "after fit: 2 False 12" in out[1], out[1]
     assert "refused: DriftError" in out[2] and "after refusal: 2 False" in out[2], out[2]
     # the live panel: the figure and the progress line, each one output updated in place (no widget)
-    shown = [o.data for o in nb.cells[1].outputs if o.output_type == "display_data"]
+    shown = [o.data for o in nb.cells[1].outputs if o.output_type == "display_data" and not is_prep(o)]
     assert ["image/png" in d for d in shown] == [True, False], shown
     assert shown[1]["text/plain"].startswith("train panel: step 12/12"), shown[1]
     # the interrupt: a clean stop at a step boundary with a checkpoint, then the next cell resumes it

@@ -41,11 +41,11 @@ def test_a_second_fit_from_another_thread_is_refused_and_changes_no_setting(tmp_
     started, release, errors = threading.Event(), threading.Event(), []
     real_pin = train_mod.pin_inputs
 
-    def pin_and_wait(cfg):
+    def pin_and_wait(cfg, *args, **kwargs):
         assert not started.is_set(), "a second fit got past the one-run guard"  # fails at once, not after a wait
         started.set()
         assert release.wait(60)
-        return real_pin(cfg)
+        return real_pin(cfg, *args, **kwargs)
 
     monkeypatch.setattr(train_mod, "pin_inputs", pin_and_wait)
     caller = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
