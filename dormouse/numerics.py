@@ -13,10 +13,10 @@ from .config import ConfigError
 
 # %% auto #0
 __all__ = ['CPU_ENV_VARS', 'GPU_ENV_VARS', 'CPU_ISA_FLAGS', 'MKL_BRANCHES', 'MKL_STRICT', 'THREAD_INVARIANT', 'MODE_ADVICE',
-           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'KIT_DIR', 'CHANGED_MEANS', 'FP32_PATHS', 'cpu_facts',
-           'mkl_mode', 'thread_invariant_mode', 'env_today', 'kit_notebooks', 'kit_code', 'kit_replaced', 'numeric_env',
-           'env_diff', 'env_unrecorded', 'EnvDriftError', 'how_to_match', 'drift_lines', 'refuse_incomparable',
-           'numeric_scope', 'check_device', 'run_scope']
+           'RECORD_ONLY', 'CPU_FP32_KEYS', 'DEFINITIONS', 'KIT_DIR', 'CHANGED_MEANS', 'FP32_PATHS', 'TORCH_SETS_ENV',
+           'cpu_facts', 'mkl_mode', 'thread_invariant_mode', 'env_today', 'kit_notebooks', 'kit_code', 'kit_replaced',
+           'numeric_env', 'env_diff', 'env_unrecorded', 'EnvDriftError', 'how_to_match', 'drift_lines',
+           'refuse_incomparable', 'numeric_scope', 'check_device', 'run_scope']
 
 # %% ../nbs/05_numerics.ipynb #2a51d08d
 CPU_ENV_VARS = {  # environment variables that change which CPU kernel runs, and so its rounding
@@ -428,6 +428,8 @@ def _put_precisions(values: dict) -> None:
             setattr(obj, leaf, v)
 
 # %% ../nbs/05_numerics.ipynb #9733ad4d
+TORCH_SETS_ENV = ("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",)  # set by torch itself (Inductor, as it loads a kernel)
+
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's
                   deterministic: bool = True,  # torch.use_deterministic_algorithms inside the scope
@@ -438,7 +440,7 @@ def numeric_scope(threads: int | None = None,  # torch intra-op threads inside t
         raise ConfigError(f"threads={threads!r}: use an integer >= 1, or None to leave torch's thread count as it is")
     n, precision, fp32 = torch.get_num_threads(), torch.get_float32_matmul_precision(), _precisions(*FP32_PATHS)
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    saved_env = {k: os.environ.get(k) for k in (*(env or {}), *TORCH_SETS_ENV)}
     try:
         _put_env(env or {})
         if threads is not None and threads != n:

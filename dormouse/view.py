@@ -190,13 +190,10 @@ class PrepBar:
                  stream,  # where the bar and the line go
                 ):
         self.what, self.total, self.stream, self.done, self.t0, self.shown = what, total, stream, 0, time.time(), 0.0
-        self.bar = self.handle = None
+        self.notebook, self.bar, self.handle = kind == "notebook", None, None
         if kind == "terminal":
             self.bar = tqdm(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                             file=stream, dynamic_ncols=True)
-        elif kind == "notebook":  # one output updated in place, as the live panel's line: no widget to save
-            from IPython.display import display
-            self.handle = display(progress_bundle(self._line(), 0, total), raw=True, display_id=True)
 
     def _line(self) -> str:
         "The job, how far it is, its rate and the time left."
@@ -210,16 +207,26 @@ class PrepBar:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        if self.handle is not None and time.time() - self.shown >= 0.5:  # at most twice a second
-            self.shown = time.time()
-            self.handle.update(progress_bundle(self._line(), self.done, self.total), raw=True)
+        now = time.time()
+        if self.notebook and now - self.t0 >= 0.5 and now - self.shown >= 0.5:  # a job of half a second or more
+            self.shown = now
+            self._show()
+
+    def _show(self) -> None:
+        "In a notebook: one output, made at the first showing and updated in place, as the panel's line (no widget)."
+        bundle = progress_bundle(self._line(), self.done, self.total)
+        if self.handle is None:
+            from IPython.display import display
+            self.handle = display(bundle, raw=True, display_id=True)
+        else:
+            self.handle.update(bundle, raw=True)
 
     def close(self) -> None:
         "The bar closed (in a notebook: its last state); the line said if the job took a second or more."
         if self.bar is not None:
             self.bar.close()
         if self.handle is not None:
-            self.handle.update(progress_bundle(self._line(), self.done, self.total), raw=True)
+            self._show()  # its last state
         took = time.time() - self.t0
         if took >= 1.0:
             print(f"{self.what}: {size_text(self.done)} in {took:.1f} s ({size_text(int(self.done / took))}/s)",

@@ -287,7 +287,7 @@ def test_jupyterlab_panel_ctrl_c_and_a_dead_kernel(lab, page, tmp_path):
     assert img.count() == 1, nb.outputs(1)
     assert img.get_attribute("src").startswith("data:image/png;base64,")
     assert img.evaluate("e => e.complete && e.naturalWidth > 0"), "the panel's figure did not load"
-    bar = out1.locator("progress")
+    bar = out1.locator(".dormouse-progress", has_text="train full: ").locator("progress")  # past any preparation's
     assert bar.count() == 1 and bar.get_attribute("value") == bar.get_attribute("max") == str(STEPS)
     nb.ends_with_last_line(1, "full")
     nb.no_widget_text()
