@@ -42,7 +42,9 @@ LONG_FIRST = ("tests/test_kill9.py", "tests/test_corpus_scale.py", "tests/test_d
 
 
 def pytest_collection_modifyitems(config, items):
-    "Collect the long tests first (a stable sort: the same order on every xdist worker)."
+    "Under xdist, collect the long tests first (a stable sort: the same order on every worker); else keep the order."
+    if not getattr(config.option, "numprocesses", None):
+        return  # one process (a mutant's kill set under -x): its first listed test kills first, as it was written
     items.sort(key=lambda item: next((i for i, f in enumerate(LONG_FIRST) if item.nodeid.startswith(f)),
                                      len(LONG_FIRST)))
 

@@ -1,4 +1,4 @@
-"""kill -9: a `dormouse train` subprocess SIGKILLed at >= 10 moments, resumed each time, finishes bitwise identical to
+"""kill -9: a `dormouse train` subprocess SIGKILLed at >= 6 moments, resumed each time, finishes bitwise identical to
 a run that was never killed, and never loads a torn checkpoint. Every other kill lands at a seeded random moment; the
 others are aimed at a background commit of a tables file (the compaction of the table deltas every FULL_EVERY
 checkpoints, the longest write): the process is frozen with SIGSTOP while its `.step_N.ngram` temp file exists and its
@@ -13,7 +13,7 @@ from dormouse.rng import keyed_uniform
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import train_cmd, assert_same_run
 
-KILLS = 10
+KILLS = 6
 # A run whose checkpoints are big (n-gram tables of 2 x 2^17 x 32 floats + momentum ~ 67 MB a tables file) and frequent,
 # so that a good share of the wall time is spent inside a save and some kills land there.
 CONFIG = """
