@@ -222,15 +222,19 @@ def test_the_mixed_score_reads_only_the_past_with_the_real_counts(trained):
     train = np.frombuffer(bytes(corpus.data[:corpus.n_train]), dtype=np.uint8)
     depth = CFG.model.depth
     for unit in units[:2]:
+        # the unit and each of its changed copies counted in one pass over the training text: a unit's counts read
+        # its own past and that text only (asserted at the end), so each copy's counts are its counts alone
+        others = [_changed(unit, m) for m in _positions(unit)]
+        counted = count_model(train, [unit] + others, MIX)
+        cuts = np.cumsum([len(u) for u in [unit] + others])[:-1]
+        each = [tuple(part) for part in zip(*(np.split(x, cuts) for x in counted))]
         bits = byte_bits(parts.model, parts.tables, [unit], CFG.seq_len, STRIDE, depth, _codes(corpus, unit))
-        base = mixed_bits(bits, count_model(train, [unit], MIX), MIX)[0]
+        base = mixed_bits(bits, each[0], MIX)[0]
         assert base.mean() < bits[0].mean()  # the counts carry something the model lacks
         moved = 0
-        for m in _positions(unit):
-            other = _changed(unit, m)
+        for m, other, own_counts in zip(_positions(unit), others, each[1:]):
             bits2 = byte_bits(parts.model, parts.tables, [other], CFG.seq_len, STRIDE, depth, _codes(corpus, other))
-            counted = count_model(train, [other], MIX)
-            mixed = mixed_bits(bits2, counted, MIX)[0]
+            mixed = mixed_bits(bits2, own_counts, MIX)[0]
             assert np.array_equal(mixed[:m], base[:m]), f"byte {m} changed the mixed bits of an earlier byte"
             moved += not np.array_equal(mixed[m + 1:], base[m + 1:])
         assert moved == len(_positions(unit))
