@@ -69,8 +69,11 @@ class MLflowTracker:
 
     def __init__(self, tracking_uri: str | None = None,  # None: $MLFLOW_TRACKING_URI, else SQLite in the run directory
                  experiment: str = "dormouse",  # the MLflow experiment a new run goes in
+                 run_name: str | None = None,  # a new run's name (None: the run directory's name)
+                 tags: dict | None = None,  # more tags a new run starts with (an A/B's child: mlflow.parentRunId)
                 ):
         self.tracking_uri, self.experiment = tracking_uri, experiment
+        self.run_name, self.tags = run_name, dict(tags or {})
         self.client = self.run_id = self.root = None
         self.pending, self.held = [], {}  # rows not yet sent, each a list; {step: {key: value}} the store holds
         self.last = None  # the last step whose loss the store holds before the segment's start (-1: none)
@@ -101,7 +104,8 @@ class MLflowTracker:
         exp = self.client.get_experiment_by_name(self.experiment)
         where = (home / "artifacts").resolve().as_uri() if home is not None else None
         exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment, artifact_location=where)
-        created = self.client.create_run(exp_id, run_name=run.root.name, tags={"dormouse.run_id": run.run_id})
+        created = self.client.create_run(exp_id, run_name=self.run_name or run.root.name,
+                                         tags={**self.tags, "dormouse.run_id": run.run_id})
         self.run_id = created.info.run_id
         self._send(params={k: str(v) for k, v in run.plan.items() if k not in MUTABLE})
         return self.run_id
