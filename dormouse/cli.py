@@ -31,8 +31,8 @@ from .flags import UsageError, build_parser, normalize_flags, train_cfg_from_arg
 
 # %% auto #0
 __all__ = ['VERDICTS', 'COMMANDS', 'USAGE_ERRORS', 'RUN_ERRORS', 'cmd_train', 'cmd_generate', 'cmd_serve', 'cmd_inspect',
-           'cmd_compare', 'cmd_precompute_targets', 'cmd_verify', 'cmd_baselines', 'cmd_plot', 'exit_code', 'one_line',
-           'main']
+           'cmd_compare', 'cmd_precompute_targets', 'cmd_ab', 'cmd_verify', 'cmd_baselines', 'cmd_plot', 'exit_code',
+           'one_line', 'main']
 
 # %% ../nbs/26_cli.ipynb #a3d6139c
 def cmd_train(args) -> int:
@@ -103,6 +103,16 @@ def cmd_precompute_targets(args) -> int:
     print(f"train with aux = true and jepa_targets = \"{out}\" in the config (fit pins jepa_targets_sha256)")
     return 0
 
+# %% ../nbs/26_cli.ipynb #cl0ab002
+def cmd_ab(args) -> int:
+    "dormouse ab: both arms at the same seeds (resuming what a kill left), then the verdict, printed last."
+    from dormouse.ab import ab  # scipy: imported when an A/B is asked for, not by every command
+    r = ab(args.config_a, args.config_b, args.run_dir, seeds=args.seeds, trackers=args.track,
+           progress=False if args.quiet else None)
+    print(f"plot: {Path(args.run_dir) / 'ab.png'} (again: dormouse plot {args.run_dir} -o FILE)")
+    print(r)
+    return 0
+
 # %% ../nbs/26_cli.ipynb #cl000011
 VERDICTS = {"reproduced": "verified: every kept interval reproduced and every logged row agrees with the evidence",
             "differs": "DIFFERS: a replay or a logged row disagrees with the evidence (above)",
@@ -142,7 +152,7 @@ def cmd_baselines(args) -> int:
     return 0
 
 def cmd_plot(args) -> int:
-    "dormouse plot: the run's loss across its resumes, written to an image file."
+    "dormouse plot: the run's loss across its resumes (or an A/B's arms), written to an image file."
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
@@ -151,18 +161,23 @@ def cmd_plot(args) -> int:
     if ext and ext not in kinds:
         raise UsageError(f"-o {args.out}: matplotlib cannot write .{ext} files; "
                          f"use one of {', '.join(sorted(kinds))}")
+    from dormouse.ab import AB_FILE, plot_ab  # scipy: imported when an A/B is asked for, not by every command
     paths = RunPaths(Path(args.run_dir))
-    if not paths.root.is_dir():
-        raise UsageError(f"{paths.root} is not a run directory")
-    if not read_jsonl(paths.metrics):
-        raise UsageError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
-    plot_run(paths.root).savefig(args.out, dpi=120, format=ext or "png")  # to the name given, as given
+    if (paths.root / AB_FILE).is_file():  # an A/B's directory: its arms' bands, B − A per step, the pairs
+        fig = plot_ab(paths.root)
+    else:
+        if not paths.root.is_dir():
+            raise UsageError(f"{paths.root} is not a run directory")
+        if not read_jsonl(paths.metrics):
+            raise UsageError(f"{paths.metrics} has no rows: nothing to plot (has the run started?)")
+        fig = plot_run(paths.root)
+    fig.savefig(args.out, dpi=120, format=ext or "png")  # to the name given, as given
     print(f"wrote {args.out}")
     return 0
 
 COMMANDS = {"train": cmd_train, "generate": cmd_generate, "serve": cmd_serve, "inspect": cmd_inspect,
             "compare": cmd_compare, "plot": cmd_plot, "precompute-targets": cmd_precompute_targets,
-            "verify": cmd_verify, "baselines": cmd_baselines}
+            "verify": cmd_verify, "baselines": cmd_baselines, "ab": cmd_ab}
 
 # %% ../nbs/26_cli.ipynb #80a8dcec
 USAGE_ERRORS = (UsageError, ConfigError, DriftError, EnvDriftError)  # exit 2: change the command line or the config

@@ -184,14 +184,30 @@ def _verify_parser(sub) -> None:
     v.add_argument("--data", help="where the run's corpus is now, if it moved (its bytes must be the run's)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
 
+def _ab_parser(sub) -> None:
+    a = sub.add_parser("ab", allow_abbrev=False, help="A/B two plans over paired seeds: B - A with its 95% interval",
+                       description="Train two plans (the arms) at the same N seeds, each an ordinary run in "
+                       "RUN_DIR/<A|B>/seed_<k>, and print each arm's final held-out score, the paired difference B - A "
+                       "per seed, its mean and 95% interval beside the unpaired one. The same command again resumes "
+                       "what a kill left and skips what finished.")
+    a.add_argument("config_a", metavar="A.toml", help="arm A's TOML config")
+    a.add_argument("config_b", metavar="B.toml", help="arm B's TOML config (the same file: an A/A)")
+    a.add_argument("--seeds", type=int, default=5, metavar="N", help="seeds per arm, >= 2: the plans' seed and the "
+                   "N - 1 after it (default: 5)")
+    a.add_argument("--run-dir", default="runs/ab", help="the A/B's directory (default: runs/ab)")
+    a.add_argument("--quiet", action="store_true", help="no progress bars")
+    a.add_argument("--track", type=_tracker_names, metavar="NAMES",
+                   help="trackers fed each run: tensorboard,mlflow (MLflow: a parent run, a child per arm and seed)")
+
 def _tool_parsers(sub) -> None:
     sub.add_parser("inspect", help="describe a checkpoint container or a tables file",
                    allow_abbrev=False).add_argument("path")
     c = sub.add_parser("compare", help="first step where two runs differ", allow_abbrev=False)
     c.add_argument("run_a")
     c.add_argument("run_b")
-    pl = sub.add_parser("plot", help="plot a run's loss across resumes", allow_abbrev=False)
-    pl.add_argument("run_dir")
+    pl = sub.add_parser("plot", help="plot a run's loss across resumes, or an A/B directory's arms", allow_abbrev=False)
+    pl.add_argument("run_dir", help="a run directory, or an A/B's (dormouse ab --run-dir)")
+    _ab_parser(sub)
     pl.add_argument("-o", "--out", default="loss.png", help="image file; its extension picks the format")
     pt = sub.add_parser("precompute-targets", allow_abbrev=False,
                         help="precompute offline JEPA targets with a frozen model (no EMA teacher in the run)")
