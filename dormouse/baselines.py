@@ -147,12 +147,12 @@ def _write_entry(p: Path, entry: dict, log) -> None:
             f"dormouse: the compressor baselines were not cached ({e}); they are computed again next time. "
             "Set DORMOUSE_CACHE to a writable directory to keep them.")
 
-def _jobs(stream: bytes, prefix: bytes, raw: dict, pre: dict, thorough: bool) -> list:
+def _jobs(stream: bytes, prefix: bytes, raw: dict, pre: dict, thorough: bool, alone: bool = False) -> list:
     "(size, compressor, parts) of each size still to compute: the stream alone, the prefix, prefix + stream."
     names = [n for n in COMPRESSORS if n != "PPMd"] + [f"PPMd {v}" for v in PPMD]
     out = []
     for n in names if shutil.which("zpaq") else names[1:]:
-        if (thorough or n in QUICK) and n not in raw:
+        if (thorough or alone or n in QUICK) and n not in raw:
             out.append((n, n, (stream,)))
         if thorough and f"{n} +train" not in raw:
             out += [(f"{n} +train", n, (prefix, stream))] + ([] if n in pre else [(f"{n} prefix", n, (prefix,))])
@@ -162,6 +162,7 @@ def _jobs(stream: bytes, prefix: bytes, raw: dict, pre: dict, thorough: bool) ->
 def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is the text given first
                      stream: bytes,  # the bytes to compress, e.g. `score_sample(corpus).stream(corpus)`
                      thorough: bool = False,  # also zpaq and PPMd, and every compressor given the training text
+                     alone: bool = False,  # also zpaq and PPMd alone (about a second per 256 KiB): a small stream's
                      progress: bool | None = None,  # a progress bar on stderr; None: when stderr is a terminal
                      log=None,  # where a cache write failure is said (default: stderr)
                     ) -> Baselines:
@@ -171,7 +172,7 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
     entry, pre = _read_entry(p), _read_entry(pp).get("bits", {})
     raw = entry.get("bits", {})  # sizes by job: "xz -9e", "PPMd I16 +train", ...
     prefix = (corpus.data, 0, corpus.n_train)  # the training text, read a chunk at a time
-    jobs = _jobs(stream, prefix, raw, pre, thorough)
+    jobs = _jobs(stream, prefix, raw, pre, thorough, alone)
     if jobs:
         show = sys.stderr.isatty() if progress is None else bool(progress)
         stop = threading.Event()
@@ -250,4 +251,5 @@ def compressor_baselines(corpus: Corpus,  # the run's corpus
                          log=None,  # where a cache write failure is said (default: stderr)
                         ) -> Baselines:
     "The compressors' figures on the held-out sample the final score reads (`score_sample`)."
-    return stream_baselines(corpus, score_sample(corpus, max_bytes).stream(corpus), thorough, progress, log)
+    return stream_baselines(corpus, score_sample(corpus, max_bytes).stream(corpus), thorough=thorough,
+                            progress=progress, log=log)

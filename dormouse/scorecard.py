@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import numpy as np
 from dataclasses import dataclass
-from .baselines import COMPRESSORS, Baselines, compressor_baselines, stream_baselines
+from .baselines import Baselines, compressor_baselines, stream_baselines
 from .config import ConfigError, TrainCfg
 from .data import Corpus, CorpusError
 from .heldout import (OUTSIDE_BYTES, SHARED_BYTES, near_copies, outside_sample, score_bytes, score_sample,
@@ -17,123 +17,140 @@ from .mix import MIX, Mix, count_bytes, count_model, mixed_bits
 from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score
 
 # %% auto #0
-__all__ = ['Scorecard', 'report_lines', 'report_streams', 'final_score', 'score_switches', 'run_scorecard']
+__all__ = ['SampleScore', 'Scorecard', 'report_lines', 'report_streams', 'final_score', 'score_switches', 'run_scorecard']
 
 # %% ../nbs/18c_scorecard.ipynb #sc000007
 @dataclass(frozen=True)
+class SampleScore:
+    "One sample's figures: the model alone and mixed with counts, static and adapting, beside every compressor."
+    alone: Score  # the model alone (the network, the run's weights), static
+    base: Baselines  # every compressor on exactly these bytes: alone, and given the training text first
+    adapting: Score | None = None  # the model adapting as it reads (`score.adaptive_bits`); None: not scored
+    mixed: Score | None = None  # the static bits mixed with the count model (`dormouse.mix`); None: not mixed
+    mixed_adapting: Score | None = None  # the adapting bits mixed with it
+
+    def best(self) -> Score:
+        "The figure this sample leads with: mixed and adapting where both were scored, else the closest."
+        return next(s for s in (self.mixed_adapting, self.mixed, self.adapting, self.alone) if s is not None)
+
+    def ranked(self) -> list[tuple[float, str]]:
+        "Every figure on these bytes as (bits/byte, what it is), best first; the kit's own with their standard error."
+        own = [(s.bits_per_byte, f"{_what(s)} (standard error across files {s.se_files:.3f})")
+               for s in (self.alone, self.adapting, self.mixed, self.mixed_adapting) if s is not None]
+        return sorted(own + [(b, _name(self.base, key) + _mark(self.base, key)) for key, b in self.base.bits.items()])
+
+
+@dataclass(frozen=True)
 class Scorecard:
     "A run's final held-out score: the model beside every compressor on the same bytes, and what bears on the gap."
-    held: Score  # the run's own weights (static) on the held-out sample
-    adaptive: Score | None  # adapting as it reads (`score.adaptive_bits`); None: not scored
-    base: Baselines  # the compressors on exactly the held-out sample's bytes
+    held: SampleScore  # the held-out sample: the figures the report leads with
+    without_near: SampleScore | None  # the held-out sample without its near-copies of training text (None: none)
+    outside: SampleScore | None  # text the model never saw (`heldout.outside_sample`; None: none installed)
     shared: float  # share of the held-out bytes inside SHARED_BYTES-byte strings the training text also holds
     shared_bpb: tuple  # the model's static bits/byte on those bytes, and on the rest (None where there are none)
     near: tuple  # names of the held-out units that are near-copies of training text (`heldout.near_copies`)
     near_bytes: int  # their bytes
-    without_near: Score | None  # the model on the held-out sample without them (None: there are none)
-    without_near_base: Baselines | None  # the compressors on those bytes
-    outside: Score | None  # the model on the outside sample: text the model never saw (None: none installed)
-    outside_base: Baselines | None  # the compressors on those bytes
     inloop: float | None  # the last in-loop eval at the scored depth: bits/byte over cold windows
     inloop_windows: int  # how many cold windows it averages
-    mixed: Score | None = None  # the static score mixed with the count model (`dormouse.mix`); None: not mixed
-    mixed_adaptive: Score | None = None  # the adaptive score mixed with it
-    without_near_mixed: Score | None = None  # the headline's way of scoring, without the near-copies
-    outside_mixed: Score | None = None  # the outside sample's static score mixed with the count model
 
     def headline(self) -> Score:
-        "The figure the report leads with: mixed with counts and adapting where it was scored, else the closest."
-        return next(s for s in (self.mixed_adaptive, self.mixed, self.adaptive, self.held) if s is not None)
+        "The figure the report leads with: the held-out sample's best (`SampleScore.best`)."
+        return self.held.best()
 
-    def gap(self) -> tuple[str, float, bool] | None:
-        "(strongest compressor, the headline's bits/byte minus its, given the training text) or None without any."
+    def gap(self, s: Score | None = None) -> tuple[str, float, bool] | None:
+        "(strongest compressor, `s`'s bits/byte (the headline's) minus its, given the training text) or None."
+        s = self.headline() if s is None else s
         for given in (True, False):
-            name = self.base.strongest(given)
+            name = self.held.base.strongest(given)
             if name is not None:
-                return name, self.headline().bits_per_byte - self.base.bits[name + (" +train" if given else "")], given
+                return name, s.bits_per_byte - self.held.base.bits[name + (" +train" if given else "")], given
         return None
 
     def __str__(self) -> str:
         return "\n".join(report_lines(self))
 
 # %% ../nbs/18c_scorecard.ipynb #sc000008
-def _fig(base: Baselines, key: str, fmt: str = "{:.3f}") -> str:
-    if key not in base.bits:
-        return "-"
-    mark = {"now": "", "cache": " (cache)", "recorded": " (recorded)"}[base.origin[key]]
-    return fmt.format(base.bits[key]) + mark
+def _mark(base: Baselines, key: str) -> str:
+    "Where a compressor figure came from, as the report marks it: computed now (no mark), the cache, the record."
+    return {"now": "", "cache": " (cache)", "recorded": " (recorded)"}[base.origin[key]]
 
-def _name(base: Baselines, name: str, given: bool) -> str:
-    order = base.ppmd_order.get(name + (" +train" if given else ""))
-    return f"{name} variant {order[0]} order {order[1:]}" if order else name
+def _fig(base: Baselines, key: str) -> str:
+    return f"{base.bits[key]:.3f}{_mark(base, key)}" if key in base.bits else "-"
+
+def _name(base: Baselines, key: str) -> str:
+    "A compressor figure in words: which compressor (PPMd's variant and order), alone or given the training text."
+    name, order = key.removesuffix(" +train"), base.ppmd_order.get(key)
+    return (f"{name} variant {order[0]} order {order[1:]}" if order else name) + \
+        (" given the training text" if key.endswith(" +train") else " alone")
 
 def _how(s: Score) -> str:
     "How a figure was scored, in the report's words."
     return ("static" if s.adapt is None else "adapting") + (", mixed with counts" if s.mix else "")
 
-def report_lines(sc: Scorecard) -> list[str]:
-    "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
-    h, b, top = sc.held, sc.base, sc.headline()
-    out = [f"held-out score: {top.bits_per_byte:.3f} bits/byte ({_how(top)}), on {h.sample}"]
-    if sc.mixed is not None:
-        mix = f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting" if sc.mixed_adaptive is not None else ""
-        out.append(f"  mixed with counts: {sc.mixed.bits_per_byte:.3f} static{mix}; each byte's p mixed with a count "
-                   f"model of orders 1 to {sc.mixed.mix.orders} over the training text and its file before it, "
+def _what(s: Score) -> str:
+    "Which figure of the kit's a score is: the model alone or mixed with counts, static or adapting."
+    return ("mixed with counts, " if s.mix else "the model alone, ") + ("static" if s.adapt is None else "adapting")
+
+# %% ../nbs/18c_scorecard.ipynb #sc000108
+def _lead_lines(sc: Scorecard) -> list[str]:
+    "The figure with its own standard error, what the mix is, the model alone, the gap, what a byte reads."
+    h, top = sc.held, sc.headline()
+    out = [f"held-out score: {top.bits_per_byte:.3f} bits/byte ({_how(top)}), on {h.alone.sample}; standard error "
+           f"across files {top.se_files:.3f}" + ("" if top.se == 0 else f", of the whole held-out split {top.se:.3f}")]
+    if h.mixed is not None:
+        ad = "" if h.mixed_adapting is None else f", {h.mixed_adapting.bits_per_byte:.3f} adapting"
+        out.append(f"  mixed with counts: {h.mixed.bits_per_byte:.3f} bits/byte static{ad}; each byte's p mixed with a "
+                   f"count model of orders 1 to {h.mixed.mix.orders} over the training text and its file before it, "
                    "weighted by how much the counts have seen (`dormouse.mix`, fitted on the dev split)")
-    out.append(f"  the model alone: {h.bits_per_byte:.3f} static, the run's weights")
-    if sc.adaptive is not None:
-        a = sc.adaptive.adapt
-        out[-1] += (f"; {sc.adaptive.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and "
+    out.append(f"  the model alone: {h.alone.bits_per_byte:.3f} bits/byte static, the run's weights")
+    if h.adapting is not None:
+        a = h.adapting.adapt
+        out[-1] += (f"; {h.adapting.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and "
                     f"head) trains on each file's bytes once they are scored, an Adam step per {a.windows} windows "
                     f"at lr {a.lr:g}; the run itself is not changed")
-    gap = sc.gap()
-    if gap is None:
-        out.append("  no compressor figure for these bytes")
-    else:
-        name, d, given = gap
-        how = "given the same training text first" if given else "alone (none has a figure given the training text)"
-        out.append(f"  the strongest compressor {how}: {_name(b, name, given)} "
-                   f"{_fig(b, name + (' +train' if given else ''))}; the model ({_how(sc.headline())}) "
-                   f"{'beats' if d < 0 else 'trails'} it by {abs(d):.3f} bits/byte")
-    out.append(f"  {h.context()}; standard error across files {h.se_files:.3f}"
-               + ("" if h.se == 0 else f", as an estimate of the whole held-out split {h.se:.3f}"))
-    out.append(f"  on the same bytes {'':9s} {'alone':17s} given the {b.prefix_bytes:,} bytes of training text first")
-    for name in COMPRESSORS:
-        out.append(f"    {name:18s} {_fig(b, name):17s} {_fig(b, name + ' +train')}")
-    model = f"{h.bits_per_byte:.3f} static" + ("" if sc.adaptive is None else
-                                              f", {sc.adaptive.bits_per_byte:.3f} adapting")
-    out.append(f"    {'the model':18s} {'':17s} {model} (it learned from that text)")
-    if sc.mixed is not None:
-        mixed = f"{sc.mixed.bits_per_byte:.3f} static" + ("" if sc.mixed_adaptive is None else
-                                                         f", {sc.mixed_adaptive.bits_per_byte:.3f} adapting")
-        out.append(f"    {'mixed with counts':18s} {'':17s} {mixed} (counts of that text and of the file so far)")
+    return out + [_gap_line(sc), f"  {h.alone.context()}"]
+
+def _gap_line(sc: Scorecard) -> str:
+    "The strongest compressor on the held-out bytes, and by how much the headline and the model alone beat or trail it."
+    if sc.gap() is None:
+        return "  no compressor figure for these bytes"
+    name, _, given = sc.gap()
+    key = name + (" +train" if given else "")
+    how = "given the same training text first" if given else "alone (none has a figure given the training text)"
+    mine = [sc.headline()] + ([sc.held.alone] if sc.headline() is not sc.held.alone else [])
+    said = []
+    for s in mine:
+        d = sc.gap(s)[1]
+        said.append(f"{_what(s)}, {'beats' if d < 0 else 'trails'} it by {abs(d):.3f}")
+    return (f"  the strongest compressor {how}: {_name(sc.held.base, key)}, {_fig(sc.held.base, key)} bits/byte; "
+            + "; ".join(said))
+
+def _ranked_line(lead: str, row: SampleScore) -> str:
+    "A sample's every figure on one line, best first."
+    return f"  {lead}, in bits/byte, best first: " + "; ".join(f"{b:.3f} {what}" for b, what in row.ranked())
+
+def report_lines(sc: Scorecard) -> list[str]:
+    "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
+    h = sc.held
+    out = _lead_lines(sc)
+    out.append(f"  every figure on these bytes, in bits/byte, best first (given the training text: its "
+               f"{h.base.prefix_bytes:,} bytes read first; the model learned from them):")
+    out += [f"    {b:.3f}  {what}" for b, what in h.ranked()]
     on, rest = sc.shared_bpb
     out.append(f"  {sc.shared:.1%} of these bytes lie in {SHARED_BYTES}-byte strings the training text also holds"
-               + ("" if on is None else f": the model scores {on:.3f} bits/byte on them")
+               + ("" if on is None else f": the model alone scores {on:.3f} bits/byte on them")
                + ("" if rest is None else f", {rest:.3f} on the rest"))
     if sc.without_near is not None:
-        w, wb = sc.without_near, sc.without_near_base
-        strongest = wb.strongest(True)
-        comp = "" if strongest is None else \
-            f", {_name(wb, strongest, True)} given the training text {_fig(wb, strongest + ' +train')}"
-        out.append(f"  {len(sc.near)} of the held-out files are near-copies of training text ({sc.near_bytes:,} bytes, "
-                   f"e.g. {sc.near[0]}); without them the model scores {w.bits_per_byte:.3f} static"
-                   + ("" if sc.without_near_mixed is None else
-                      f" ({sc.without_near_mixed.bits_per_byte:.3f} {_how(sc.without_near_mixed)})") + comp)
+        out.append(_ranked_line(f"without the {len(sc.near)} held-out files that are near-copies of training text "
+                                f"({sc.near_bytes:,} bytes, e.g. {sc.near[0]})", sc.without_near))
     if sc.outside is not None:
-        o, ob = sc.outside, sc.outside_base
-        alone = ", ".join(f"{n} {_fig(ob, n)}" for n in COMPRESSORS if n in ob.bits)
-        given = ", ".join(f"{n} {_fig(ob, n + ' +train')}" for n in COMPRESSORS if n + " +train" in ob.bits)
-        mixed = "" if sc.outside_mixed is None else f", mixed with counts {sc.outside_mixed.bits_per_byte:.3f}"
-        out.append(f"  text the model never saw, {o.sample}: the model {o.bits_per_byte:.3f}{mixed} (standard error "
-                   f"across files {o.se_files:.3f}); alone: {alone}"
-                   + (f"; given the training text: {given}" * bool(given)))
+        out.append(_ranked_line(f"text the model never saw, {sc.outside.alone.sample}", sc.outside))
     if sc.inloop is not None:
-        out.append(f"  the in-loop eval, {sc.inloop_windows} cold {h.window}-byte windows (no context before each): "
-                   f"{sc.inloop:.3f}")
-    missing = sorted({why for bb in (b, sc.without_near_base, sc.outside_base) if bb is not None
-                      for why in bb.missing.values()})
-    out += [f"  missing figures: {why}" for why in missing]
+        out.append(f"  the in-loop eval, {sc.inloop_windows} cold {h.alone.window}-byte windows (no context before "
+                   f"each): {sc.inloop:.3f} bits/byte")
+    rows = (h, sc.without_near, sc.outside)
+    out += [f"  missing figures: {why}" for why in sorted({w for r in rows if r is not None
+                                                            for w in r.base.missing.values()})]
     return out
 
 # %% ../nbs/18c_scorecard.ipynb #sc000010
@@ -150,6 +167,36 @@ def report_streams(corpus: Corpus) -> dict[str, bytes]:
         out["outside"] = outside.stream()
     return out
 
+def _model_bits(model, tables, corpus: Corpus, cfg: TrainCfg, units: list[bytes], offsets, adapt, progress) -> dict:
+    "The model's bits of each unit's bytes: {'alone': static, 'adapting': adapting as it reads, or None}."
+    window, depth, orders = cfg.seq_len, cfg.model.depth, cfg.model.match_orders
+    codes = codes_for(corpus, units, orders, bool(orders) and cfg.model.match_train, offsets, progress)
+    if adapt is None:
+        return {"alone": byte_bits(model, tables, units, window, window, depth, codes), "adapting": None}
+    static, adapting = adaptive_bits(model, tables, units, window, window, depth, codes, adapt)
+    return {"alone": static, "adapting": adapting}
+
+def _counts(corpus: Corpus, units: list[bytes], mix: Mix, progress) -> tuple:
+    "The count model of `units` (one pass over the training text), its memory checked before and given back after."
+    check_memory(count_bytes(corpus.n_train, sum(map(len, units)), mix.orders), "the count model's counts",
+                 "lower DORMOUSE_SCORE_BYTES (the held-out sample), or set DORMOUSE_SCORE_MIX=0 (no count mix)")
+    counted = count_model(corpus.data, units, mix, corpus.n_train, progress)
+    give_back()  # the counts' memory
+    return counted
+
+def _with_counts(bits: dict, counted: tuple, mix: Mix) -> dict:
+    "`bits` and each of its figures mixed with the units' counts (the headline's bits: mixed once, read twice)."
+    adapting = None if bits["adapting"] is None else mixed_bits(bits["adapting"], counted, mix)
+    return {**bits, "mixed": mixed_bits(bits["alone"], counted, mix), "mixed_adapting": adapting}
+
+def _row(bits: dict, units: list[bytes], sample, n_units: int, base: Baselines, how: dict, adapt, mix) -> SampleScore:
+    "One sample's figures from its units' bits: a `Score` for each figure scored, built by name."
+    kw = {"alone": {}, "adapting": {"adapt": adapt}, "mixed": {"mix": mix},
+          "mixed_adapting": {"adapt": adapt, "mix": mix}}
+    return SampleScore(base=base, **{k: make_score(b, units, sample, n_units, **how, **kw[k])
+                                     for k, b in bits.items() if b is not None})
+
+# %% ../nbs/18c_scorecard.ipynb #sc000110
 def final_score(model,  # the run's `DormouseModel`
                 tables,  # its `NgramTables`
                 corpus: Corpus,  # the run's corpus
@@ -160,53 +207,33 @@ def final_score(model,  # the run's `DormouseModel`
                 progress=None,  # progress(what, total) -> a bar (update, close) for each pass over the training text
                ) -> Scorecard:
     "The final held-out score: the model static (adapting too when asked), alone and mixed, beside every compressor."
-    window, depth, orders, stride = cfg.seq_len, cfg.model.depth, cfg.model.match_orders, cfg.seq_len
-    train = bool(orders) and cfg.model.match_train
-    sample = score_sample(corpus)
-    units = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units]
-    codes = codes_for(corpus, units, orders, train, [o for _, o, _ in sample.units], progress)
-    static, adaptive = adaptive_bits(model, tables, units, window, stride, depth, codes, adapt) if adapt else \
-        (byte_bits(model, tables, units, window, stride, depth, codes), None)
-    how = dict(window=window, stride=stride, depth=depth, orders=orders, train=train)
-    held = make_score(static, units, sample, sample.n_units, **how)
+    how = dict(window=cfg.seq_len, stride=cfg.seq_len, depth=cfg.model.depth, orders=cfg.model.match_orders,
+               train=bool(cfg.model.match_orders) and cfg.model.match_train)
+    sample, outside = score_sample(corpus), outside_sample(corpus, min(OUTSIDE_BYTES, score_bytes()))
+    units, texts = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units], list(outside.texts)
+    held = _model_bits(model, tables, corpus, cfg, units, [o for _, o, _ in sample.units], adapt, progress)
+    far = _model_bits(model, tables, corpus, cfg, texts, None, None, progress) if texts else None
+    if mix is not None:  # one count model for the held-out sample and the outside sample: one pass over the text
+        counted, cut = _counts(corpus, units + texts, mix, progress), sum(map(len, units))
+        held = _with_counts(held, tuple(x[:cut] for x in counted), mix)
+        far = _with_counts(far, tuple(x[cut:] for x in counted), mix) if texts else None
     masks = shared_bytes(corpus, sample.units, progress=progress)
-    on, bits = np.concatenate(masks), np.concatenate(static)
+    on, bits = np.concatenate(masks), np.concatenate(held["alone"])
     near = near_copies(masks)
     keep = [i for i, f in enumerate(near) if not f]
-    without = make_score([static[i] for i in keep], [units[i] for i in keep], f"{len(keep)} held-out files",
-                         len(keep), **how) if any(near) and keep else None
-    outside = outside_sample(corpus, min(OUTSIDE_BYTES, score_bytes()))
-    texts = list(outside.texts)
-    o_bits = byte_bits(model, tables, texts, window, stride, depth, codes_for(corpus, texts, orders, train, None,
-                                                                              progress)) \
-        if texts else None
-    mixed = [None] * 4
-    if mix is not None:  # one count model for the held-out sample and the outside sample: one pass over the text
-        check_memory(count_bytes(corpus.n_train, sum(map(len, units + texts)), mix.orders), "the count model's counts",
-                     "lower DORMOUSE_SCORE_BYTES (the held-out sample), or set DORMOUSE_SCORE_MIX=0 (no count mix)")
-        counted = count_model(corpus.data, units + texts, mix, corpus.n_train, progress)
-        give_back()  # the counts' memory
-        cut = sum(len(u) for u in units)
-        held_c, out_c = tuple(x[:cut] for x in counted), tuple(x[cut:] for x in counted)
-        best = mixed_bits(static, held_c, mix)
-        mixed[0] = make_score(best, units, sample, sample.n_units, mix=mix, **how)
-        if adaptive is not None:
-            best = mixed_bits(adaptive, held_c, mix)  # the headline's bits, mixed once and read twice
-            mixed[1] = make_score(best, units, sample, sample.n_units, adapt=adapt, mix=mix, **how)
-        mixed[2] = make_score([best[i] for i in keep], [units[i] for i in keep], f"{len(keep)} held-out files",
-                              len(keep), adapt=None if adaptive is None else adapt, mix=mix, **how) \
-            if without is not None else None
-        mixed[3] = make_score(mixed_bits(o_bits, out_c, mix), texts, outside, 10 ** 18, mix=mix, **how) \
-            if texts else None
+    kept = [units[i] for i in keep]
+    sub = {k: None if b is None else [b[i] for i in keep] for k, b in held.items()}
     return Scorecard(
-        held, None if adaptive is None else make_score(adaptive, units, sample, sample.n_units, adapt=adapt, **how),
-        compressor_baselines(corpus), float(on.mean()) if len(on) else 0.0,
-        (float(bits[on].mean()) if on.any() else None, float(bits[~on].mean()) if (~on).any() else None),
-        tuple(u[0] for u, f in zip(sample.units, near) if f), sum(u[2] for u, f in zip(sample.units, near) if f),
-        without, None if without is None else stream_baselines(corpus, b"".join(units[i] for i in keep)),
-        None if o_bits is None else make_score(o_bits, texts, outside, 10 ** 18, **how),
-        None if o_bits is None else stream_baselines(corpus, outside.stream()),
-        inloop, cfg.eval_batches * cfg.batch, *mixed)
+        held=_row(held, units, sample, sample.n_units, compressor_baselines(corpus), how, adapt, mix),
+        without_near=_row(sub, kept, f"{len(keep)} held-out files", len(keep),
+                          stream_baselines(corpus, b"".join(kept)), how, adapt, mix) if any(near) and keep else None,
+        outside=_row(far, texts, outside, 10 ** 18, stream_baselines(corpus, outside.stream(), alone=True), how,
+                     None, mix) if texts else None,
+        shared=float(on.mean()) if len(on) else 0.0,
+        shared_bpb=(float(bits[on].mean()) if on.any() else None, float(bits[~on].mean()) if (~on).any() else None),
+        near=tuple(u[0] for u, f in zip(sample.units, near) if f),
+        near_bytes=sum(u[2] for u, f in zip(sample.units, near) if f),
+        inloop=inloop, inloop_windows=cfg.eval_batches * cfg.batch)
 
 # %% ../nbs/18c_scorecard.ipynb #sc000012
 def score_switches() -> tuple[int, Mix | None, Adapt | None]:

@@ -61,7 +61,7 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     line = next(ln for ln in out.splitlines() if ln.startswith("held-out score: "))
     assert re.match(r"held-out score: \d+\.\d+ bits/byte \(static, mixed with counts\), on ", line)
     alone = next(ln for ln in out.splitlines() if ln.startswith("  the model alone: "))
-    printed = re.match(r"  the model alone: (\d+\.\d+) static, the run's weights", alone).group(1)
+    printed = re.match(r"  the model alone: (\d+\.\d+) bits/byte static, the run's weights", alone).group(1)
     corpus = load_corpus(text, 0.05, 32)
     im = load_model_weights(RunPaths(root / "r").checkpoints()[-1], quant="stored")
     sc = score(im.model, im.tables, corpus, 32, 2)  # the final checkpoint, scored again: what fit scored in memory
@@ -70,8 +70,8 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
     assert (base.sha256, base.nbytes) == (sc.sha256, sc.nbytes)  # exactly the scored bytes
     lines = out.splitlines()
     assert lines[lines.index(line) + 3].startswith("  the strongest compressor ")  # the gap, first
-    for name in QUICK:
-        assert any(ln.startswith(f"    {name:18s} {base.bits[name]:.3f}") for ln in lines)
+    for name in QUICK:  # each beside the model in the ranked table, best first
+        assert any(ln.startswith(f"    {base.bits[name]:.3f}  {name} alone") for ln in lines), out
     last = [r for r in read_jsonl(RunPaths(root / "r").metrics) if "eval_cold_bpb_d2" in r][-1]
     assert f"cold 32-byte windows (no context before each): {last['eval_cold_bpb_d2']:.3f}" in out  # beside it
     assert run_baselines(root / "r") == {n: base.bits[n] for n in base.bits if "+" not in n}
@@ -86,7 +86,8 @@ def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatc
     assert "the cache /dev/null/x cannot be used (Not a directory): this process prepares its corpus in " in cap.err
     assert "set DORMOUSE_CACHE to a writable directory" in cap.err
     assert data_mod.cache_dir() == data_mod._STAND_IN[0] and list(Path(data_mod._STAND_IN[0]).glob("match-*.bin"))
-    assert "  on the same bytes " in cap.out and RunPaths(tmp_path / "r").checkpoints()
+    assert "  every figure on these bytes, in bits/byte, best first " in cap.out
+    assert RunPaths(tmp_path / "r").checkpoints()
 
 
 def test_ctrl_c_during_the_baselines_leaves_a_finished_run_finished(run, capsys, monkeypatch, tmp_path):
@@ -138,5 +139,6 @@ def test_the_baselines_command_computes_what_the_report_then_reads_from_the_cach
         assert f"  {name:9s} alone {base.bits[name]:.4f}" in out
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
     report = capsys.readouterr().out
-    assert f"    {'PPMd':18s} {base.bits['PPMd']:.3f} (cache)" in report
+    v = base.ppmd_order["PPMd"]  # PPMd's best variant and order, named in the ranked table
+    assert f"    {base.bits['PPMd']:.3f}  PPMd variant {v[0]} order {v[1:]} alone (cache)" in report, report
     assert "not computed for these bytes yet" not in report

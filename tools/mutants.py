@@ -1328,8 +1328,8 @@ MUTANTS = [
     Mutant(
         "scorecard_mixes_the_adaptive_bits_as_static",
         "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
-        [edit("scorecard.py", "best = mixed_bits(static, held_c, mix)\n",
-              "best = mixed_bits(adaptive or static, held_c, mix)\n")],
+        [edit("scorecard.py", '"mixed": mixed_bits(bits["alone"], counted, mix)',
+              '"mixed": mixed_bits(bits["adapting"] or bits["alone"], counted, mix)')],
         ["nbs/18c_scorecard.ipynb"],
     ),
     Mutant(
