@@ -8,13 +8,12 @@ import contextlib, json, os, re, threading, warnings
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
-from .numerics import EnvDriftError, env_diff, how_to_match
+from .numerics import TORCH_SETS_ENV, EnvDriftError, env_diff, how_to_match
 
 # %% auto #0
-__all__ = ['LAZY_ENV', 'DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'CanonicalSum',
-           'rank_block', 'block_spans', 'finish', 'exchange_layout', 'finish_chunk', 'canonical_total', 'PeerLostError',
-           'collective', 'barrier', 'agree_max', 'check_fingerprints', 'gather_text', 'env_disagreement',
-           'check_same_env']
+__all__ = ['DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'CanonicalSum', 'rank_block',
+           'block_spans', 'finish', 'exchange_layout', 'finish_chunk', 'canonical_total', 'PeerLostError', 'collective',
+           'barrier', 'agree_max', 'check_fingerprints', 'gather_text', 'env_disagreement', 'check_same_env']
 
 # %% ../nbs/17_dist.ipynb #92ec3dd0
 @dataclass
@@ -56,7 +55,6 @@ def process_group(dist_info: DistInfo,  # this process's place
             dist.destroy_process_group()
 
 # %% ../nbs/17_dist.ipynb #d98b8b82
-LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR",)  # environment variables torch's lazy imports set in the middle of a run
 _ONE_RUN = threading.Lock()  # held while a run trains in this process
 
 class ProcessBusyError(RuntimeError):
@@ -64,12 +62,12 @@ class ProcessBusyError(RuntimeError):
 
 @contextlib.contextmanager
 def one_run_per_process():
-    "Hold this process's one run (else `ProcessBusyError`); put back `LAZY_ENV` and the warnings filters after."
+    "Hold this process's one run (else `ProcessBusyError`); put back `numerics.TORCH_SETS_ENV` and the warnings filters after."
     if not _ONE_RUN.acquire(blocking=False):
         raise ProcessBusyError("another run is training in this process (another thread called fit): torch's threads "
                                "and deterministic mode are process-wide, so two runs cannot share a process. Wait for "
                                "it, or start the second in its own process (dormouse train).")
-    env = {k: os.environ.get(k) for k in LAZY_ENV}
+    env = {k: os.environ.get(k) for k in TORCH_SETS_ENV}
     filters = list(warnings.filters)
     try:
         yield

@@ -428,7 +428,8 @@ def _put_precisions(values: dict) -> None:
             setattr(obj, leaf, v)
 
 # %% ../nbs/05_numerics.ipynb #9733ad4d
-TORCH_SETS_ENV = ("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",)  # set by torch itself (Inductor, as it loads a kernel)
+TORCH_SETS_ENV = ("TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")  # torch sets them mid-run
+# (its lazy imports, and Inductor as it loads a kernel): `numeric_scope` and `dist.one_run_per_process` put them back
 
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's
