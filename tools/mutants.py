@@ -1462,6 +1462,31 @@ MUTANTS = [
         [edit("testing.py", "def flipped(value):", "def flip_value(value):")],
         ["tests/test_prose.py::test_every_object_the_prose_names_exists"],
     ),
+    # issue 53: the A/B's verdict (the chapter reads bench/results, which a scratch copy lacks: its test file kills)
+    Mutant(
+        "ab_paired_interval_computed_unpaired",
+        "the A/B's 'paired' interval is the unpaired one: the noise the arms share is not cancelled",
+        [
+            edit(
+                "ab.py",
+                "    mean, lo, hi = paired_interval(np.subtract(xb, xa))\n",
+                "    mean, (lo, hi) = float(np.mean(xb) - np.mean(xa)), unpaired_interval(xa, xb)\n",
+            )
+        ],
+        ["tests/test_ab.py::test_a_sigkilled_ab_run_again_skips_what_finished_and_prints_the_identical_verdict"],
+    ),
+    Mutant(
+        "ab_arms_on_different_seeds",
+        "arm B runs at the seeds after arm A's: no draw is shared and an A/A is not 0",
+        [
+            edit(
+                "ab.py",
+                "    plans = {arm: [dataclasses.replace(c, seed=a.seed + k) for k in range(seeds)]",
+                "    plans = {arm: [dataclasses.replace(c, seed=a.seed + k + (arm == 'B')) for k in range(seeds)]",
+            )
+        ],
+        ["tests/test_ab.py::test_a_sigkilled_ab_run_again_skips_what_finished_and_prints_the_identical_verdict"],
+    ),
 ]
 
 
