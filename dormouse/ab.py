@@ -340,8 +340,9 @@ def plot_ab(run_dir, smooth: int | None = None):  # steps of the rolling mean (N
     axs[0, 1].plot(m.index, m, color="C3", lw=1, label=f"mean of {k} seeds")
     axs[0, 1].fill_between(m.index, m - half, m + half, color="C3", alpha=0.25, lw=0, label="95% t band")
     axs[0, 1].axhline(0, color="k", lw=0.6)
-    axs[0, 0].set(xlabel="step", ylabel=f"train loss (nats/byte, mean of {w} steps)", title="the arms over the seeds")
-    axs[0, 1].set(xlabel="step", ylabel="B − A", title="B − A per step, paired (same seed, same batches)")
+    smooth_words = f", mean of {w} steps" if w > 1 else ""
+    axs[0, 0].set(xlabel="step", ylabel=f"train loss (nats/byte{smooth_words})", title="the arms over the seeds")
+    axs[0, 1].set(xlabel="step", ylabel="B − A (train loss)", title="B − A per step (same seed, same batches)")
     if v:
         _draw_pairs(axs[0, 2], v)
     for ax in axs[0]:
@@ -359,7 +360,7 @@ def _draw_pairs(ax, v: dict) -> None:
         ax.plot([0, 1], [x, y], "o-", color="C2" if y < x else "C3", ms=4, lw=1, label=f"seed {s}")
     ax.set_xticks([0, 1], ["A", "B"])
     ax.set_xlim(-0.3, 1.3)
-    ax.set(ylabel=FIGURE, title="final score per seed (lower is better)")
+    ax.set(ylabel="held-out bits/byte", title="final score per seed (lower is better)")
 
 # %% ../nbs/26c_ab.ipynb #ab000034
 def verdict(run_dir: Path, plans: dict, differs: dict, sample: str) -> ABResult:
@@ -411,6 +412,7 @@ def ab(a,  # arm A's plan: a TrainCfg, or a TOML config file
             how = train_one(cfg, run_path(run_dir, arm, cfg.seed), run_trackers(trackers, parent, arm, cfg.seed),
                             progress)
             log(f"{arm}/seed_{cfg.seed}: {how}")
+    log(f"scoring the {2 * seeds} runs' final checkpoints: {FIGURE}, on {sample} ...")
     r = verdict(run_dir, plans, differs, sample)
     record_verdict(run_dir, r)
     png = save_plot(run_dir)
