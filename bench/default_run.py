@@ -15,12 +15,16 @@ slower than one (spin-waiting), so run this on a quiet machine only. It prints t
   python bench/default_run.py                # the run as the README's first command runs it (cache warm)
   python bench/default_run.py --fresh-cache  # as on a fresh clone
   python bench/default_run.py -- --steps 50  # extra arguments go to dormouse train (a smoke run)
+
+A run with no extra arguments writes bench/results/default_run.json: when and where it ran, the wall time and its
+parts, the peak RSS of the run's process, and the report's lines, which the scorecard chapter renders.
 """
 
-import argparse, json, os, re, subprocess, sys, tempfile, time
+import argparse, datetime, json, os, platform, re, resource, subprocess, sys, tempfile, time
 from pathlib import Path
 
 TARGET_S = 300.0
+RESULT = Path(__file__).parent / "results" / "default_run.json"
 
 
 def main(argv=None):
@@ -60,8 +64,20 @@ def main(argv=None):
           f"evals, fingerprints, checkpoints) + final score {t_held - t_score:.1f} s (held-out sample, overlap, "
           f"outside sample, quick compressors) + the rest {wall - t_held:.1f} s")
     print(f"held-out bits/byte scored like a compressor: {m.group(1) if m else 'not printed'}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # bytes: the run's process (the largest)
+    print(f"peak RSS of the run's process: {peak / 1e9:.2f} GB")
     print(f"wall {wall:.1f} s vs target {TARGET_S:.0f} s: {'PASS' if wall <= TARGET_S else 'MISS'}   "
           f"(load avg after: {os.getloadavg()[0]:.2f}; a busy machine says nothing about the target)")
+    if not a.extra and proc.returncode == 0 and m:
+        report = out.splitlines()
+        first = next(i for i, line in enumerate(report) if line.startswith("held-out score: "))
+        report = [report[first]] + [line for line in report[first + 1:] if line.startswith("  ")]  # its lines only
+        RESULT.write_text(json.dumps({
+            "date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "fresh_cache": a.fresh_cache, "wall_s": round(wall, 1), "startup_and_corpus_s": round(t_score - fit_s, 1),
+            "training_s": round(fit_s, 1), "score_s": round(t_held - t_score, 1), "peak_rss_bytes": peak,
+            "steps": len(rows), "headline_bits_per_byte": float(m.group(1)), "report": report}, indent=1) + "\n")
+        print(f"written: {RESULT}")
     return proc.returncode
 
 

@@ -62,7 +62,7 @@ class ProcessBusyError(RuntimeError):
 
 @contextlib.contextmanager
 def one_run_per_process():
-    "Hold this process's one run (else `ProcessBusyError`); put back `numerics.TORCH_SETS_ENV` and the warnings filters after."
+    "Hold this process's one run (else `ProcessBusyError`); put back `TORCH_SETS_ENV` and warnings filters after."
     if not _ONE_RUN.acquire(blocking=False):
         raise ProcessBusyError("another run is training in this process (another thread called fit): torch's threads "
                                "and deterministic mode are process-wide, so two runs cannot share a process. Wait for "
