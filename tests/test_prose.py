@@ -91,12 +91,35 @@ def test_every_function_readme_places_a_step_in_exists():
     assert not gone, f"README's table names functions that do not exist: {gone}"
 
 
+def readme_layers() -> list[tuple[str, list[str]]]:
+    "README's layers in order: (name, its modules), the showcase (notebooks, not modules) left out."
+    lines = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("- **")]
+    out = [(re.match(r"- \*\*(.+?)\*\*", ln)[1], re.findall(r"`(\w+)`", ln)) for ln in lines]
+    return [(name, mods) for name, mods in out if name != "Showcase"]
+
+
+def kit_imports(module: str) -> set[str]:
+    "The kit's modules `module` imports, at its top or inside a function: `from .x import`, `import dormouse.x`."
+    src = (ROOT / "dormouse" / f"{module}.py").read_text()
+    found = re.findall(r"^\s*from \.(\w+) import", src, re.M) + re.findall(r"^\s*import dormouse\.(\w+)", src, re.M)
+    return set(found)
+
+
 def test_readme_lists_every_module_in_its_layers():
-    text = (ROOT / "README.md").read_text()
-    layers = "\n".join(line for line in text.splitlines() if line.startswith("- **"))
-    listed = set(re.findall(r"`(\w+)`", layers))
-    missing = sorted(set(MODULES) - listed)
+    listed = [m for _, mods in readme_layers() for m in mods]
+    missing = sorted(set(MODULES) - set(listed))
     assert not missing, f"README's layer list omits the modules {missing}"
+    assert len(listed) == len(set(listed)), f"README places a module in two layers: {listed}"
+
+
+def test_no_module_imports_a_module_of_a_later_layer():
+    "The layers are the imports: a module reads only its own layer and the ones before it in README's list."
+    layer = {m: i for i, (_, mods) in enumerate(readme_layers()) for m in mods}
+    names = [name for name, _ in readme_layers()]
+    up = [f"{m} ({names[layer[m]]}) imports {i} ({names[layer[i]]})" for m in MODULES if m in layer
+          for i in sorted(kit_imports(m)) if i in layer and layer[i] > layer[m]]
+    assert not up, f"modules import from a later layer than README places them in: {up}"
+    assert kit_imports("train") >= {"step", "view"}  # the scan sees imports (a test that reads nothing passes all)
 
 
 def decisions() -> str:
