@@ -8,7 +8,7 @@ import contextlib, json, os, re, threading, warnings
 from dataclasses import dataclass
 import torch
 import torch.distributed as dist
-from .numerics import TORCH_SETS_ENV, EnvDriftError, env_diff, how_to_match
+from .numerics import EnvDriftError, env_diff, how_to_match
 
 # %% auto #0
 __all__ = ['DistInfo', 'dist_from_env', 'process_group', 'ProcessBusyError', 'one_run_per_process', 'CanonicalSum', 'rank_block',
@@ -62,21 +62,15 @@ class ProcessBusyError(RuntimeError):
 
 @contextlib.contextmanager
 def one_run_per_process():
-    "Hold this process's one run (else `ProcessBusyError`); put back `TORCH_SETS_ENV` and warnings filters after."
+    "Hold this process's one run (else `ProcessBusyError`); put back the warnings filters after."
     if not _ONE_RUN.acquire(blocking=False):
         raise ProcessBusyError("another run is training in this process (another thread called fit): torch's threads "
                                "and deterministic mode are process-wide, so two runs cannot share a process. Wait for "
                                "it, or start the second in its own process (dormouse train).")
-    env = {k: os.environ.get(k) for k in TORCH_SETS_ENV}
     filters = list(warnings.filters)
     try:
         yield
     finally:
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         warnings.filters[:] = filters
         _ONE_RUN.release()
 
