@@ -32,8 +32,8 @@ _ONE_PPMD = threading.Semaphore(1)  # one PPMd model at a time (each may fill PP
 def _codec(name: str) -> tuple:
     "(feed, flush) of a streaming compressor: zlib, bz2, xz, or PPMd variant v of order k (`PPMd H32`, `PPMd I16`)."
     if name[:6] in ("PPMd H", "PPMd I") and name[6:].isdigit():
-        enc = pyppmd.Ppmd7Encoder(int(name[6:]), PPMD_MEM) if name[5] == "H" else \
-            pyppmd.Ppmd8Encoder(int(name[6:]), PPMD_MEM, restore_method=pyppmd.PPMD8_RESTORE_METHOD_CUT_OFF)
+        enc = (pyppmd.Ppmd7Encoder(int(name[6:]), PPMD_MEM) if name[5] == "H" else
+               pyppmd.Ppmd8Encoder(int(name[6:]), PPMD_MEM, restore_method=pyppmd.PPMD8_RESTORE_METHOD_CUT_OFF))
         return enc.encode, enc.flush
     make = {"zlib -9": lambda: zlib.compressobj(9), "bz2 -9": lambda: bz2.BZ2Compressor(9),
             "xz -9e": lambda: lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME)}
@@ -178,9 +178,9 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
     if jobs:
         show = sys.stderr.isatty() if progress is None else bool(progress)
         stop = threading.Event()
-        with tqdm(total=sum(_size(x) for j in jobs for x in j[2]), unit="B", unit_scale=True, leave=False,
-                  desc="compressor baselines", disable=not show, file=sys.stderr) as bar, \
-                ThreadPoolExecutor(2 if thorough else 1) as pool:
+        with (tqdm(total=sum(_size(x) for j in jobs for x in j[2]), unit="B", unit_scale=True, leave=False,
+                   desc="compressor baselines", disable=not show, file=sys.stderr) as bar,
+              ThreadPoolExecutor(2 if thorough else 1) as pool):
             futs = [(fig, pool.submit(compressed_size, n, *parts, bar=bar, stop=stop)) for fig, n, parts in jobs]
             try:
                 sizes = {fig: f.result() for fig, f in futs}

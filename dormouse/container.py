@@ -395,7 +395,7 @@ def section_checks(path) -> tuple:
         lay = {**_layout(f, path, size), "size": size}
         out = []
         for name, off, n, crc, present in lay["sections"]:
-            st = "absent" if not present else "no checksum" if crc is None else \
-                 "checksum ok" if _crc_range(f, off, n, lay["checksum"]) == crc else "CHECKSUM MISMATCH"
+            st = ("absent" if not present else "no checksum" if crc is None else
+                  "checksum ok" if _crc_range(f, off, n, lay["checksum"]) == crc else "CHECKSUM MISMATCH")
             out.append((name, n, st))
     return lay, out

@@ -269,8 +269,8 @@ class FileBytes:
             now = os.fstat(self._f.fileno()).st_size // self.item
             raise CorpusError(f"{self.path} shrank while the run used it ({self.size:,} -> {now:,} items): "
                               "restore it and resume from the last checkpoint, or start a new run.")
-        return np.frombuffer(buf, dtype=np.uint8) if not self.cols else \
-            np.frombuffer(buf, dtype="<u2").reshape(n, self.cols)
+        return (np.frombuffer(buf, dtype=np.uint8) if not self.cols else
+                np.frombuffer(buf, dtype="<u2").reshape(n, self.cols))
 
     def __getitem__(self, idx) -> np.ndarray:
         "Items at a slice or at integer positions of any shape (one pread per contiguous piece), then numpy's indexing."

@@ -87,8 +87,8 @@ class Evidence:
         start, losses, fps, cols = d["start"], d["losses"], d["fingerprints"], d.get("columns")
         if not _is_int(start) or start < 0 or not _is_fp(d["start_fingerprint"]):
             raise EvidenceError("its start is not a step and a fingerprint")
-        if not isinstance(losses, list) or not losses or \
-                not all(isinstance(v, float) and math.isfinite(v) for v in losses):
+        if (not isinstance(losses, list) or not losses
+                or not all(isinstance(v, float) and math.isfinite(v) for v in losses)):
             raise EvidenceError("its losses are not a list of finite numbers")
         if cols is not None and not (isinstance(cols, dict) and all(
                 isinstance(k, str) and k not in (*BOOKKEEPING, "loss", "fingerprint") and isinstance(v, list)
@@ -339,8 +339,9 @@ class CurveCheck:
     def lines(self) -> list[str]:
         "One line per kind of row that disagrees (or is unsealed), naming its steps."
         out = [f"metrics.jsonl, steps {steps_text(s)}: {k}" for k, s in self.disagree.items() if s]
-        out += [f"metrics.jsonl, steps {steps_text(self.unsealed)}: unsealed (written before rows carried a check)"] \
-            if self.unsealed else []
+        if self.unsealed:
+            out.append(f"metrics.jsonl, steps {steps_text(self.unsealed)}: unsealed "
+                       "(written before rows carried a check)")
         return out + ([f"first difference from the evidence: {self.first}"] if self.first else [])
 
 def check_curve(rows: list[dict],  # metrics.jsonl's rows, in file order (as read, not refused for their order)

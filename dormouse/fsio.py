@@ -186,8 +186,8 @@ def _unbounded(obj, ints: bool = True) -> str | None:
             if isinstance(v, (dict, list)):
                 stack.append((v, f"{at}.{k}" if at else str(k), d + 1))
             elif ints and isinstance(v, int) and not isinstance(v, bool) and abs(v) >= big:
-                return f"{at}.{k}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything" \
-                    if at else f"{k}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything"
+                where = f"{at}.{k}" if at else f"{k}"
+                return f"{where}: an integer of more than {MAX_INT_DIGITS} digits, too large to mean anything"
     return None
 
 class _LongInt(ValueError):

@@ -70,8 +70,8 @@ class HeldSample:
     def __str__(self) -> str:
         what = {"file": "held-out files", "tail": "held-out tail", "piece": "pieces of held-out files"}[self.kind]
         if self.complete:
-            return f"the whole {what}, {self.nbytes:,} bytes" if self.kind == "tail" else \
-                f"all {self.n_units} {what}, {self.nbytes:,} bytes"
+            return (f"the whole {what}, {self.nbytes:,} bytes" if self.kind == "tail" else
+                    f"all {self.n_units} {what}, {self.nbytes:,} bytes")
         return (f"a keyed sample of {len(self.units)} of {self.n_units} {what}, "
                 f"{self.nbytes:,} of {self.split_bytes:,} bytes")
 

@@ -159,8 +159,8 @@ class InferenceModel:
         dev = next(self.model.parameters()).device
         x = torch.tensor(list(ctx), dtype=torch.int64, device=dev).unsqueeze(0)
         orders = self.cfg.model.match_orders
-        match = torch.from_numpy(stream_codes(whole, orders)[-len(ctx):].astype(np.int64))[None].to(dev) \
-            if orders else None  # the codes see the whole context, as a scored unit's do
+        match = (torch.from_numpy(stream_codes(whole, orders)[-len(ctx):].astype(np.int64))[None].to(dev)
+                 if orders else None)  # the codes see the whole context, as a scored unit's do
         with FORWARD_LOCK, numeric_scope(self.threads, env=_forward_env(dev)), torch.inference_mode():
             feats = None if self.tables is None else self.tables.lookup(x)
             logits = self.model(x, self.depth, feats, match=match)
@@ -197,8 +197,8 @@ def _plan_notes(path: Path, plan: str | None, run_cfg: TrainCfg, where: str) -> 
     "Where the network's shape came from, when no cfg was given; an edited config.toml is named, and not used."
     found = find_config(path)
     if plan is None:
-        return [f"{path.name} predates plan pinning: the network's shape comes from {where}, an editable file"] \
-            if found is not None else []
+        return ([f"{path.name} predates plan pinning: the network's shape comes from {where}, an editable file"]
+                if found is not None else [])
     if found is None:
         return []
     try:

@@ -208,8 +208,8 @@ class TextCounts:
             if k in self.exact:
                 per = self.exact[k].reshape(-1, 256)  # a row per context
                 s = _exact_pairs(np.r_[np.zeros(k, np.uint8), stream], pos + k, k)
-                trained = self.exact[k][s].astype(np.int64), per.sum(axis=1, dtype=np.int64)[s >> 8], \
-                    np.count_nonzero(per, axis=1)[s >> 8]
+                trained = (self.exact[k][s].astype(np.int64), per.sum(axis=1, dtype=np.int64)[s >> 8],
+                           np.count_nonzero(per, axis=1)[s >> 8])
             else:
                 trained = tuple(_spread(x, ok) for x in self.pairs[k].lookup(_keys(ctx, stream)[ok]))
             yield k, *(np.where(ok, x, 0)[scored] for x in (*trained, *_own(ctx, stream, unit, ok)))

@@ -293,8 +293,8 @@ def kit_replaced() -> list[str]:
     "Every name of a loaded kit module bound otherwise than its source binds it (a runtime patch), sorted; []."
     out = []
     for mname, module in sorted(sys.modules.items()):
-        if (mname == KIT_DIR.name or mname.startswith(KIT_DIR.name + ".")) and getattr(module, "__file__", None) \
-                and Path(module.__file__).parent == KIT_DIR and module.__file__.endswith(".py"):
+        if ((mname == KIT_DIR.name or mname.startswith(KIT_DIR.name + ".")) and getattr(module, "__file__", None)
+                and Path(module.__file__).parent == KIT_DIR and module.__file__.endswith(".py")):
             try:
                 out += [f"{mname}.{n}" for n in _replaced_in(module)]
             except (OSError, SyntaxError, ValueError):  # a module whose source is gone or unreadable: code changed
@@ -429,7 +429,7 @@ def _put_precisions(values: dict) -> None:
 
 # %% ../nbs/05_numerics.ipynb #9733ad4d
 TORCH_SETS_ENV = ("TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")  # torch sets them mid-run
-# (its lazy imports, and Inductor as it loads a kernel): `numeric_scope` and `dist.one_run_per_process` put them back
+# (its lazy imports, and Inductor as it loads a kernel): `numeric_scope` puts them back (their one owner)
 
 @contextlib.contextmanager
 def numeric_scope(threads: int | None = None,  # torch intra-op threads inside the scope; None keeps the caller's

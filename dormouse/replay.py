@@ -153,8 +153,8 @@ def _refusal(drift: dict, saved: dict, path: Path, span: str, differs: str, hint
 
 def _said(got: Replayed, ev: Evidence) -> str:
     "What a replay that reproduced covered, in words: the whole interval, or a prefix and what it left out."
-    done = f"verified: steps {got.start}-{got.stop - 1} reproduced bit for bit ({got.losses} steps in " \
-           f"{len(ev.proves) - 1} columns, {got.fingerprints} fingerprints compared)"
+    done = (f"verified: steps {got.start}-{got.stop - 1} reproduced bit for bit ({got.losses} steps in "
+            f"{len(ev.proves) - 1} columns, {got.fingerprints} fingerprints compared)")
     if got.whole:
         return f"{done}: the whole interval"
     return (f"{done}: the first {got.losses} of the interval's {ev.end - ev.start}; steps {got.stop}-{ev.end - 1} "

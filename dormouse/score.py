@@ -241,6 +241,6 @@ def score(model,  # a `DormouseModel`
     train = bool(orders) and getattr(model.cfg, "match_train", False)
     with numeric_scope(threads):
         codes = codes_for(corpus, units, orders, train, [o for _, o, _ in sample.units])
-        bits = byte_bits(model, tables, units, window, stride, depth, codes) if adapt is None else \
-            adaptive_bits(model, tables, units, window, stride, depth, codes, adapt)[1]
+        bits = (byte_bits(model, tables, units, window, stride, depth, codes) if adapt is None else
+                adaptive_bits(model, tables, units, window, stride, depth, codes, adapt)[1])
     return make_score(bits, units, sample, sample.n_units, window, stride, depth, orders, adapt, train)

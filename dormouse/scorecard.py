@@ -80,8 +80,8 @@ def _fig(base: Baselines, key: str) -> str:
 def _name(base: Baselines, key: str) -> str:
     "A compressor figure in words: which compressor (PPMd's variant and order), alone or given the training text."
     name, order = key.removesuffix(" +train"), base.ppmd_order.get(key)
-    return (f"{name} variant {order[0]} order {order[1:]}" if order else name) + \
-        (" given the training text" if key.endswith(" +train") else " alone")
+    return ((f"{name} variant {order[0]} order {order[1:]}" if order else name)
+            + (" given the training text" if key.endswith(" +train") else " alone"))
 
 def _how(s: Score) -> str:
     "How a figure was scored, in the report's words."

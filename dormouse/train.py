@@ -141,9 +141,9 @@ def open_segment(cfg: TrainCfg, paths: RunPaths, corpus: Corpus,
         print("compile = true: the first step at each depth compiles it (Inductor: tens of seconds on two cores the "
               "first time, seconds from Inductor's cache)")
     started = datetime.datetime.now().isoformat(timespec="microseconds")
-    origin = decide_resume(parts, cfg, paths, env, started=started, allow_env_drift=allow_env_drift, device=device,
-                           corpus=corpus, targets=targets, dist_info=dist_info, verify_steps=verify_steps) \
-        if resume else fresh_start(parts, cfg, corpus, env, started, device)
+    origin = (decide_resume(parts, cfg, paths, env, started=started, allow_env_drift=allow_env_drift, device=device,
+                            corpus=corpus, targets=targets, dist_info=dist_info, verify_steps=verify_steps)
+              if resume else fresh_start(parts, cfg, corpus, env, started, device))
     barrier(dist_info)  # every rank has decided fresh/resume (and read the rows it re-trains) before rank 0 writes
     env["forward"] = ran_forward(parts)  # what this segment's first step runs, read off the parts
     fp = agreed_fingerprint(parts, parts.step - 1, dist_info)  # where this segment's evidence starts
@@ -315,8 +315,8 @@ def fit(cfg: TrainCfg,  # the plan
     if score:
         score_switches()  # a bad DORMOUSE_SCORE_BYTES, _MIX or _ADAPT: one line now, not after the run
     dist_info, paths = dist_from_env(), RunPaths(Path(run_dir))
-    with process_group(dist_info, device) as device, one_run_per_process(), run_scope(cfg.threads, device), \
-            hold_run_dir(paths, resume, dist_info), contextlib.ExitStack() as owned:
+    with (process_group(dist_info, device) as device, one_run_per_process(), run_scope(cfg.threads, device),
+          hold_run_dir(paths, resume, dist_info), contextlib.ExitStack() as owned):
         # pin the inputs, open the segment (fresh with probes, resumed after its replay, or refused), then the helpers
         prep = prep_progress(progress is not False and dist_info.lead)  # the corpus's bars: built, hashed, coded
         cfg, corpus, targets = pin_inputs(cfg, prep)
