@@ -40,10 +40,11 @@ SCORE_FILE = ROOT / "tools" / "mutants_score.json"
 COPY = ("dormouse", "tests", "nbs", "tools", "bench", "settings.ini", "setup.py", "README.md")  # bench: results
 TIMEOUT = 600  # seconds for one mutant's kill set
 BASELINE = "(unmutated library)"  # the run of every kill set with no edit: must pass
-# What every pytest kill set imports before a test runs: a fork server imports it once, and each kill set's pytest is
-# a fork of it, so a mutant pays for its tests, not for importing torch again (~2-3 s of its ~8). Never dormouse: the
-# fork imports the mutated copy.
-PRELOAD = ["torch", "numpy", "pandas", "safetensors.torch", "tqdm", "matplotlib.pyplot", "xxhash", "pytest"]
+# What every kill set imports before a test runs: a fork server imports it once, and each kill set's pytest or notebook
+# is a fork of it, so a mutant pays for its tests, not for importing torch again (~2-3 s of its ~8; a notebook's
+# nbdev_test in a process of its own paid ~3.5 s more). Never dormouse: the fork imports the mutated copy.
+PRELOAD = ["torch", "numpy", "pandas", "safetensors.torch", "tqdm", "matplotlib.pyplot", "xxhash", "pytest",
+           "nbdev.test", "execnb.shell"]
 FORKS = multiprocessing.get_context("forkserver")  # the server is single-threaded, so forking it is safe
 
 
@@ -1291,7 +1292,7 @@ MUTANTS = [
                 "            total[at:-3] = rows / k\n",
             )
         ],
-        [ELASTIC],
+        [f"{WORKERS}::test_one_process_accumulating_equals_2_and_4_workers", ELASTIC],
     ),
     # the final held-out score (issues 42 and 43): causal codes, honest adaptation, the overlap, the outside sample,
     # the strong compressors and the scorecard
@@ -1549,8 +1550,8 @@ def commands(m: Mutant) -> list[list[str]]:
     return cmds
 
 
-def _pytest_in_fork(root: str, args: list, env: dict, log: str) -> None:
-    "In a fork of the preloaded server: run pytest with `args` on the copy at `root` under `env`, output into `log`."
+def _enter_copy(root: str, env: dict, log: str) -> None:
+    "In a fork of the preloaded server: work in the copy at `root` under `env`, output into `log`."
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -1559,6 +1560,11 @@ def _pytest_in_fork(root: str, args: list, env: dict, log: str) -> None:
     os.environ.update(env)  # the same environment a subprocess gets; the tests' own subprocesses inherit it
     sys.path.insert(0, root)  # PYTHONPATH is read at startup, and the server started before the copy existed
     sys.dont_write_bytecode = True
+
+
+def _pytest_in_fork(root: str, args: list, env: dict, log: str) -> None:
+    "In a fork of the preloaded server: run pytest with `args` on the copy at `root` under `env`, output into `log`."
+    _enter_copy(root, env, log)
     import pytest
 
     code = pytest.main(args)
@@ -1567,16 +1573,31 @@ def _pytest_in_fork(root: str, args: list, env: dict, log: str) -> None:
     os._exit(int(code))
 
 
+def _notebook_in_fork(root: str, nb: str, env: dict, log: str) -> None:
+    "In a fork of the preloaded server: test notebook `nb` of the copy at `root` as `nbdev_test --path nb` does."
+    _enter_copy(root, env, log)
+    from nbdev.config import get_config
+    from nbdev.test import test_nb
+
+    cfg = get_config()  # the copy's settings.ini: its test flags
+    ok, _ = test_nb(Path(root) / nb, skip_flags=cfg.tst_flags.split(), basepath=cfg.config_path, do_print=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if ok else 1)
+
+
 def run_command(cmd: list, root: Path, env: dict) -> tuple[int | None, str]:
-    "Run one kill-set command in `root`: pytest as a fork of the preloaded server, anything else as a subprocess."
-    if cmd[1:3] != ["-m", "pytest"]:
+    "Run one kill-set command in `root`: pytest and nbdev_test as forks of the preloaded server, else a subprocess."
+    notebook = Path(cmd[0]).name == "nbdev_test"
+    if cmd[1:3] != ["-m", "pytest"] and not notebook:
         try:
             r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             return None, ""
         return r.returncode, r.stdout + r.stderr
-    log = root / "pytest-output.txt"
-    p = FORKS.Process(target=_pytest_in_fork, args=(str(root), cmd[3:], env, str(log)))
+    log = root / "kill-set-output.txt"
+    target, args = (_notebook_in_fork, cmd[2]) if notebook else (_pytest_in_fork, cmd[3:])
+    p = FORKS.Process(target=target, args=(str(root), args, env, str(log)))
     p.start()
     p.join(TIMEOUT)
     if p.is_alive():
