@@ -185,10 +185,10 @@ def _verify_parser(sub) -> None:
     v.add_argument("--quiet", action="store_true", help="no progress bar")
 
 def _ab_parser(sub) -> None:
-    a = sub.add_parser("ab", allow_abbrev=False, help="A/B two plans over paired seeds: B - A with its 95% interval",
+    a = sub.add_parser("ab", allow_abbrev=False, help="A/B two plans over paired seeds: B - A with its 95%% interval",
                        description="Train two plans (the arms) at the same N seeds, each an ordinary run in "
                        "RUN_DIR/<A|B>/seed_<k>, and print each arm's final held-out score, the paired difference B - A "
-                       "per seed, its mean and 95% interval beside the unpaired one. The same command again resumes "
+                       "per seed, its mean and 95%% interval beside the unpaired one. The same command again resumes "
                        "what a kill left and skips what finished.")
     a.add_argument("config_a", metavar="A.toml", help="arm A's TOML config")
     a.add_argument("config_b", metavar="B.toml", help="arm B's TOML config (the same file: an A/A)")

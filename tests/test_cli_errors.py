@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dormouse.cli import main
+from dormouse.flags import build_parser
 from dormouse.config import snapshot_toml
 from dormouse.train import fit
 from dormouse.testing import tiny_cfg
@@ -551,3 +552,15 @@ def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_
     err = capsys.readouterr().err
     assert rc == 1 and len(err.splitlines()) == 1, err
     assert "step_000005.dmck" in err and "there is none to resume from" in err and "intact" not in err, err
+
+
+def test_every_command_prints_its_help(capsys):
+    "`dormouse --help` and each command's `--help` print their usage and exit 0 (a stray `%` in a help broke both)."
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for argv in [["--help"]] + [[c, "--help"] for c in commands]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        out = capsys.readouterr().out
+        assert e.value.code == 0 and out.startswith("usage: dormouse"), (argv, out)
+    assert len(commands) == 10
