@@ -556,7 +556,6 @@ def test_a_full_disk_at_the_first_checkpoint_does_not_advise_a_resume(runs, tmp_
 
 def test_every_command_prints_its_help(capsys):
     "`dormouse --help` and each command's `--help` print their usage and exit 0 (a stray `%` in a help broke both)."
-
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
     for argv in [["--help"]] + [[c, "--help"] for c in commands]:
         with pytest.raises(SystemExit) as e:
