@@ -53,20 +53,12 @@ def truncate_to(run_dir, step):
             p.unlink()
 
 
-@pytest.fixture(scope="module")
-def baselines(tmp_path_factory):
-    root = tmp_path_factory.mktemp("base")
-    out = {}
-    for name in COMBOS:
-        fit(cfg_for(name), root / name, progress=False)
-        out[name] = root / name
-    return out
+POINTS = ("step1", "eval_ckpt", "last_ckpt", "two_resumes", "extend")  # where each combination is stopped and resumed
 
 
-@pytest.mark.parametrize("name", list(COMBOS))
-@pytest.mark.parametrize("point", ["step1", "eval_ckpt", "last_ckpt", "two_resumes", "extend"])
-def test_resume_is_bitwise(name, point, baselines, tmp_path):
-    cfg, run = cfg_for(name), tmp_path / "run"
+def resumed_at(point, cfg, base, tmp_path):
+    "The run of `cfg` stopped at `point` and resumed to its end, in tmp_path/point; and the run it must equal."
+    run = tmp_path / point
     if point == "step1":
         fit(dataclasses.replace(cfg, steps=1), run, progress=False)
         fit(cfg, run, resume=True, progress=False)
@@ -74,7 +66,7 @@ def test_resume_is_bitwise(name, point, baselines, tmp_path):
         fit(dataclasses.replace(cfg, steps=8), run, progress=False)
         fit(cfg, run, resume=True, progress=False)
     elif point == "last_ckpt":  # crash after step 22: the last checkpoint is 20, metrics already hold rows 20..23
-        shutil.copytree(baselines[name], run)
+        shutil.copytree(base, run)
         truncate_to(run, 20)
         fit(cfg, run, resume=True, progress=False)
     elif point == "two_resumes":
@@ -84,16 +76,30 @@ def test_resume_is_bitwise(name, point, baselines, tmp_path):
     elif point == "extend":  # a finished run extended is the same run as a longer one
         longer = dataclasses.replace(cfg, steps=STEPS + 8)
         fit(longer, tmp_path / "longer", progress=False)
-        shutil.copytree(baselines[name], run)
+        shutil.copytree(base, run)
         fit(longer, run, resume=True, progress=False)
-        assert_same_run(tmp_path / "longer", run)
-        return
-    assert_same_run(baselines[name], run)
+        return run, tmp_path / "longer"
+    return run, base
 
 
-def test_matrix_can_fail(baselines, tmp_path):
+@pytest.mark.parametrize("name", list(COMBOS))
+def test_resume_is_bitwise(name, tmp_path):
+    "Each combination's uninterrupted run (trained once), and the same plan stopped at each point and resumed."
+    cfg, base = cfg_for(name), tmp_path / "uninterrupted"
+    fit(cfg, base, progress=False)
+    for point in POINTS:
+        run, want = resumed_at(point, cfg, base, tmp_path)
+        try:
+            assert_same_run(want, run)
+        except AssertionError as e:
+            raise AssertionError(f"{name}, resumed at {point}: {e}") from e
+
+
+def test_matrix_can_fail(tmp_path):
     "A run with one strict knob changed is NOT equal: the comparison has teeth."
-    fit(dataclasses.replace(cfg_for("plain"), seed=2), tmp_path / "other", progress=False)
+    cfg = dataclasses.replace(cfg_for("plain"), steps=8)
+    fit(cfg, tmp_path / "plain", progress=False)
+    fit(dataclasses.replace(cfg, seed=2), tmp_path / "other", progress=False)
     with pytest.raises(AssertionError):
-        assert_same_run(baselines["plain"], tmp_path / "other")
-    assert losses(baselines["plain"])[0] != losses(tmp_path / "other")[0]
+        assert_same_run(tmp_path / "plain", tmp_path / "other")
+    assert losses(tmp_path / "plain")[0] != losses(tmp_path / "other")[0]
