@@ -66,7 +66,7 @@ def test_a_request_that_cannot_fit_is_refused_in_one_line_and_leaves_nothing(tmp
 
 
 def test_a_preparation_killed_half_way_leaves_nothing_that_can_be_read(tmp_path):
-    data = _corpus(tmp_path / "c.bin", 12 << 20)
+    data = _corpus(tmp_path / "c.bin", 4 << 20)
     cache = tmp_path / "cache"
     env = dict(os.environ, DORMOUSE_CACHE=str(cache))
     cmd = [sys.executable, "-m", "dormouse.cli", "train", "--data", str(data), "--steps", "2", "--no-eval", "--quiet"]
@@ -79,7 +79,7 @@ def test_a_preparation_killed_half_way_leaves_nothing_that_can_be_read(tmp_path)
     proc.wait()
     for meta in cache.glob("match-*.json"):  # wherever the kill landed, an entry that exists is a whole one
         key = meta.name[:-5]
-        assert (cache / f"{key}.bin").stat().st_size == 2 * 4 * (12 << 20)
+        assert (cache / f"{key}.bin").stat().st_size == 2 * 4 * (4 << 20)
     r = _cli(["train", "--data", data, "--run-dir", tmp_path / "run", "--steps", "2", "--no-eval", "--quiet"], env)
     assert r.returncode == 0, r.stderr
     assert not list(cache.glob(".*.tmp.*"))  # the killed writer's temp file is gone

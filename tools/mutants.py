@@ -87,7 +87,7 @@ TRACK_ML_NB = "nbs/21f_track_mlflow.ipynb"  # the MLflow tracker across a resume
 TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
 PROOF = "tests/test_proof_covers.py"  # issue 55: every column, the whole kit as code, the prefix said
 WORKERS = "tests/test_workers.py"  # issue 40: one process accumulating = 2 and 4 workers (threads), in seconds
-ELASTIC = "tests/test_ddp.py::test_a_run_moves_from_2_to_1_to_4_processes_bit_for_bit"  # torchrun: 2 -> 1 -> 4
+ELASTIC = "nbs/27_resume_continuity.ipynb"  # torchrun: 2 -> 1 -> 4, each change verified, the same run as 1 process
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
