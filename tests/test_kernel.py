@@ -40,7 +40,8 @@ def test_fit_leaves_the_caller_as_found_on_return_and_on_exception(tmp_path):
         torch.set_float32_matmul_precision(prec)
 
 
-LONG = "tiny_cfg(steps=400, ckpt_every=1000, eval=False)"
+N_LONG = 150  # the interrupted run's steps: it is stopped after 15
+LONG = f"tiny_cfg(steps={N_LONG}, ckpt_every=1000, eval=False)"
 CELLS = [
     "import torch\nfrom dormouse.train import fit\nfrom dormouse.testing import tiny_cfg\ntorch.set_num_threads(2)",
     # the default progress: the live panel
@@ -104,11 +105,11 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     assert interrupted, "the interrupt was never sent"
     assert "'interrupted': True, 'signal': 'SIGINT'" in out[3] and "Traceback" not in out[3], out[3]
     stopped = int(out[3].split()[-1])  # rows when the interrupted cell returned
-    assert 15 <= stopped < 400, out[3]
+    assert 15 <= stopped < N_LONG, out[3]
     cks = RunPaths(run / "long").checkpoints()  # ckpt_every is past the end: the stop's and the final one
-    assert [load_ckpt(p).step for p in cks] == [stopped, 400], cks
-    assert "resumed: 400 False" in out[4], out[4]
+    assert [load_ckpt(p).step for p in cks] == [stopped, N_LONG], cks
+    assert f"resumed: {N_LONG} False" in out[4], out[4]
     lineage = read_jsonl(RunPaths(run / "long").lineage)
     assert [(s["kind"], s["start_step"]) for s in lineage] == [("fresh", 0), ("resume", stopped)], lineage
-    fit(tiny_cfg(steps=400, ckpt_every=1000, eval=False), tmp_path / "ref", progress=False)
+    fit(tiny_cfg(steps=N_LONG, ckpt_every=1000, eval=False), tmp_path / "ref", progress=False)
     assert_same_run(tmp_path / "ref", run / "long")
