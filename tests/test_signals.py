@@ -11,7 +11,7 @@ from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, save_snapshot, tiny_cfg, torchrun, train_cmd
 from dormouse.train import fit
 
-CONFIG = tiny_cfg(steps=300, ckpt_every=1000, eval=False)  # a seconds-scale plan, written by save_snapshot
+CONFIG = tiny_cfg(steps=100, ckpt_every=1000, eval=False)  # a seconds-scale plan, written by save_snapshot
 
 
 def rows(run):
@@ -68,13 +68,13 @@ def test_cli_sigterm_exits_143_with_a_checkpoint(cfg_file, tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 143, out
-    step = stopped_at(run, 300)
+    step = stopped_at(run, 100)
     assert f"checkpoint written at step {step}" in out and "SIGTERM: stopping after this step" in out, out
 
 
 def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_file, tmp_path):
     small = tmp_path / "cfg.toml"  # 2 ranks: the same rows, half the batch each (a microbatch a rank)
-    save_snapshot(dataclasses.replace(CONFIG, steps=120, micro_batch=2), small)
+    save_snapshot(dataclasses.replace(CONFIG, steps=40, micro_batch=2), small)
     run = tmp_path / "run"
     proc = torchrun(small, run, wait=False)
     try:
@@ -94,7 +94,7 @@ def test_sigterm_under_torchrun_checkpoints_every_rank_and_resumes_bitwise(cfg_f
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    step = stopped_at(run, 120)
+    step = stopped_at(run, 40)
     assert f"checkpoint written at step {step}" in out, out
     assert "KeyboardInterrupt" not in out, out  # torchrun's forwarded copy of the signal did not abort the stop
     r = torchrun(small, run, "--resume")
