@@ -33,32 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dormouse.container import RunState, load_ckpt, save_ckpt  # noqa: E402
 from dormouse.fsio import fsync_dir  # noqa: E402
-from dormouse.numerics import numeric_env
-from dormouse.rng import keyed_normal  # noqa: E402
+from dormouse.testing import keyed_state  # noqa: E402
 
 
 def build_state(mb: float) -> RunState:
     "A model + AdamW state of about `mb` MB (model ~1/3, the two moments ~2/3), filled from keyed draws."
-    n_params = int(mb * 1e6 / 4 / 3)
-    width = 1024
-    layers = max(1, round(n_params / (width * width)))
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-    with torch.no_grad():
-        for i, p in enumerate(model.parameters()):
-            p.copy_(torch.from_numpy(keyed_normal(1, i, 101, p.numel()) * 0.02).view(p.shape))
-            p.grad = p.detach() * 0.01
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), foreach=False)
-    opt.step()
-    return RunState(
-        step=1000,
-        model=model.state_dict(),
-        optim=opt.state_dict(),
-        teacher=None,
-        flags=0,
-        stress=None,
-        table_step=1000,
-        env=numeric_env(threads=torch.get_num_threads()),
-    )
+    return keyed_state(mb, step=1000, threads=torch.get_num_threads(), stream=101)
 
 
 def state_bytes(s: RunState) -> int:

@@ -4,14 +4,15 @@
 
 # %% ../nbs/23_testing.ipynb #46572939
 from __future__ import annotations
-import dataclasses, os, shutil, struct, subprocess, sys, threading
+import dataclasses, os, shutil, struct, subprocess, sys, threading, time
 from pathlib import Path
 import safetensors.torch
 import torch
 from .config import ModelCfg, TrainCfg, cfg_from_dict, cfg_to_dict, snapshot_toml
 from .data import corpus_for
 from .dist import CanonicalSum, finish
-from .numerics import KIT_DIR, kit_notebooks, run_scope
+from .numerics import KIT_DIR, kit_notebooks, numeric_env, run_scope
+from .rng import keyed_normal
 from .parts import build_parts, state_fingerprint
 from .step import pre_batches, run_probes, train_step
 from .targets import open_targets
@@ -22,10 +23,10 @@ from .container import MAGIC, RunState, load_ckpt, save_ckpt
 from .rundir import RunPaths, read_jsonl
 
 # %% auto #0
-__all__ = ['PREP_JOBS', 'tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'losses', 'final_ckpt',
-           'stopped_at', 'rewrite_ckpt', 'source_copy', 'bitwise_equal', 'state_diff', 'assert_same_state',
-           'assert_same_run', 'ThreadExchange', 'virtual_workers', 'accumulation_check', 'train_cmd', 'torchrun',
-           'held_train_cmd', 'is_prep']
+__all__ = ['PREP_JOBS', 'tiny_cfg', 'save_snapshot', 'flipped', 'with_key', 'write_v1', 'write_v2', 'keyed_state', 'losses',
+           'final_ckpt', 'stopped_at', 'rewrite_ckpt', 'source_copy', 'bitwise_equal', 'state_diff',
+           'assert_same_state', 'assert_same_run', 'ThreadExchange', 'virtual_workers', 'accumulation_check',
+           'train_cmd', 'dormouse_cli', 'wait_for', 'torchrun', 'held_train_cmd', 'is_prep']
 
 # %% ../nbs/23_testing.ipynb #efca511d
 def tiny_cfg(**kw) -> TrainCfg:
@@ -83,6 +84,23 @@ def write_v2(path, state: RunState) -> Path:
     t = _lib_bytes(state.teacher) if state.teacher is not None else b""
     head = MAGIC + bytes([2, 0, 0]) + struct.pack("<QQQQQ", state.step, len(m), len(o), len(t), state.flags)
     return atomic_write(path, lambda f: f.write(head + m + o + t))
+
+def keyed_state(mb: float,  # about this many MB of tensors: the model a third, AdamW's two moments two thirds
+                step: int = 7,  # the state's step (and its tables' step)
+                threads: int = 1,  # the thread count its numeric environment records
+                stream: int = 152,  # the keyed stream the weights are drawn from
+               ) -> RunState:
+    "A run state of a stack of 1024-wide linear layers and their AdamW state, filled from keyed draws (no run)."
+    layers = max(1, round(mb * 1e6 / 4 / 3 / (1024 * 1024)))
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(layers)])
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(torch.from_numpy(keyed_normal(1, i, stream, p.numel()) * 0.02).view(p.shape))
+            p.grad = p.detach() * 0.5
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    opt.step()
+    return RunState(step=step, model=model.state_dict(), optim=opt.state_dict(), teacher=None, flags=0, stress=None,
+                    table_step=step, env=numeric_env(threads=threads))
 
 # %% ../nbs/23_testing.ipynb #fb37f989
 def losses(run_dir) -> list[float]:
@@ -264,6 +282,31 @@ def train_cmd(cfg_file,  # a TOML config (`--config`)
     "The command line of `dormouse train` in a subprocess: this Python, quiet."
     return [sys.executable, "-m", "dormouse.cli", "train", "--config", str(cfg_file), "--run-dir", str(run_dir),
             "--quiet", *map(str, extra)]
+
+def dormouse_cli(*args,  # the command and its arguments, e.g. "verify", run_dir, "--quiet"
+                 env: dict | None = None,  # the environment (default: this process's)
+                 timeout: float = 600,  # seconds
+                 **kw,  # more of subprocess.run's arguments, e.g. preexec_fn
+                ) -> subprocess.CompletedProcess:
+    "`dormouse ARGS` run to its end in a subprocess of this Python, on this checkout's kit: its output as text."
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_DIR.parent), env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "dormouse.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kw)
+
+def wait_for(what: str,  # what is awaited, for the message
+             ok,  # a function, true once it has happened
+             proc=None,  # a process that must still be running meanwhile (a Popen, its stdout piped)
+             timeout: float = 120,  # seconds
+            ) -> None:
+    "Poll `ok` until it holds; fail naming `what` after `timeout`, or as soon as `proc` has exited (with its output)."
+    t0 = time.time()
+    while not ok():
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"the process exited ({proc.returncode}) before {what}: {out[-3000:]}")
+        assert time.time() - t0 < timeout, f"no {what} after {timeout} s"
+        time.sleep(0.02)
 
 def torchrun(cfg_file, run_dir, *extra,
              nproc: int = 2,  # ranks (gloo on CPU)

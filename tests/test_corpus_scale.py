@@ -5,6 +5,8 @@ killed half-way leaves nothing that can be read: the next run prepares it again.
 import os, re, resource, signal, subprocess, sys, time
 from pathlib import Path
 
+from dormouse.testing import dormouse_cli
+
 CAP = 2 << 30  # the hard address-space cap of the capped run: far below what whole-corpus sorts needed (13 GB)
 
 
@@ -27,9 +29,8 @@ def _corpus(path: Path, size: int) -> Path:
 
 
 def _cli(args: list, env: dict, **kw) -> subprocess.CompletedProcess:
-    "`dormouse ARGS` in a subprocess, as a user runs it (the module, so the checkout's code runs)."
-    return subprocess.run([sys.executable, "-m", "dormouse.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=900, **kw)
+    "`dormouse ARGS` in a subprocess, as a user runs it."
+    return dormouse_cli(*args, env=env, timeout=900, **kw)
 
 
 def _capped():

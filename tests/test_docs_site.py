@@ -26,6 +26,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 CONTINUITY_NB = NBS / "27_resume_continuity.ipynb"
+ARTIFACTS = ROOT / "tests" / "artifacts"  # the screenshots of the landing pages (gitignored)
 
 
 def _build_docs():
@@ -125,6 +126,7 @@ def test_every_notebook_has_a_page(site):
         text = (out / p).read_text()
         assert "#|" not in text.split("<main>", 1)[1], f"{p} shows a #| directive line"
         assert "cdn." not in text.lower() and "mathjax" not in text.lower(), f"{p} references a CDN"
+        assert bd.NO_ALT not in text, f"{p} shows an image without alt text (give its cell a `#| fig-alt:` line)"
 
 
 def test_sidebar_yml_is_valid():
@@ -227,6 +229,13 @@ def test_pages_in_browser(site, browser):
             want = shown_images(nb_of[name])
             if len(imgs) < want:
                 problems.append(f"{name}: the notebook saved {want} image(s), the page shows {len(imgs)}")
+            if name in ("index.html", img_page):  # the landing pages: the figure on the first screen, and a look
+                top = page.evaluate("() => { const i = document.querySelector('main img');"
+                                    " return i ? [i.getBoundingClientRect().top, innerHeight] : null; }")
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / f"docs_{name[:-5]}.png"))
+                if not top or top[0] >= top[1]:
+                    problems.append(f"{name}: its figure is not on the first screen (top, screen height: {top})")
             if name == img_page and CONTINUITY_NB.exists() and not imgs:
                 problems.append(
                     f"{name}: no images — the continuity figure must be saved in {CONTINUITY_NB.name} "

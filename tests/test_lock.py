@@ -8,19 +8,11 @@ import dataclasses, os, subprocess, time
 import pytest
 
 from dormouse.config import load_cfg
-from dormouse.testing import save_snapshot, tiny_cfg, train_cmd
+from dormouse.testing import save_snapshot, tiny_cfg, train_cmd, wait_for
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl
 from dormouse.train import fit
 
 CONFIG = tiny_cfg(steps=3000, ckpt_every=20, eval=False)  # a seconds-scale plan, written by save_snapshot
-
-
-def wait_for(cond, proc, what, limit=180):
-    t0 = time.time()
-    while not cond():
-        assert proc.poll() is None, f"the holder exited before {what}: {proc.communicate()[0]}"
-        assert time.time() - t0 < limit, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def holder(run):
@@ -43,7 +35,7 @@ def test_second_fresh_run_into_a_busy_dir_is_refused_and_a_killed_holder_does_no
     run = tmp_path / "run"
     a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a, "a checkpoint")
+        wait_for("a checkpoint", lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a)
         config, lineage = RunPaths(run).config.read_bytes(), RunPaths(run).lineage.read_bytes()
         b = subprocess.run(
             train_cmd(cfg, run, "--seed", 2, "--steps", 300), capture_output=True, text=True, timeout=300
@@ -85,7 +77,7 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
         out, err = loser.communicate()
         assert winner.poll() is None, "both resumes ended: " + out + err
         assert_refused(subprocess.CompletedProcess(loser.args, loser.returncode, out, err), winner.pid)
-        wait_for(lambda: len(read_jsonl(RunPaths(run).metrics)) > 12, winner, "the winner training")
+        wait_for("the winner training", lambda: len(read_jsonl(RunPaths(run).metrics)) > 12, winner, 180)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -117,7 +109,7 @@ def test_deleting_the_lock_note_does_not_let_a_second_writer_in(tmp_path):
     run = tmp_path / "run"
     a = subprocess.Popen(train_cmd(cfg, run, "--seed", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a, "a checkpoint")
+        wait_for("a checkpoint", lambda: holder(run).startswith(f"pid {a.pid}:") and RunPaths(run).checkpoints(), a)
         RunPaths(run).lock.unlink()
         for extra in (["--resume"], ["--seed", 2]):
             b = subprocess.run(train_cmd(cfg, run, *extra), capture_output=True, text=True, timeout=300)

@@ -81,19 +81,22 @@ def test_the_scan_can_fail():
     assert not any(resolve(r) for _, r in refs) and resolve("dormouse.parts.plan_lacks")
 
 
-def test_every_function_readme_places_a_step_in_exists():
-    table = re.search(r"## Where things happen\n(.*?)\n## ", (ROOT / "README.md").read_text(), re.S)
-    assert table, "README has no 'Where things happen' table"
+def test_every_function_the_map_places_a_step_in_exists():
+    "The decisions chapter's 'where things happen': every row names a function, and each exists."
+    table = re.search(r"^## where things happen\n(.*?)\nProved by:", decisions(), re.S | re.M)
+    assert table, "the decisions chapter has no 'where things happen' table"
     rows = [r for r in table[1].splitlines() if r.startswith("| ") and not r.startswith("| what")]
     named = [(r, FULL.findall(r)) for r in rows]
     assert len(rows) >= 10 and all(n for _, n in named), [r for r, n in named if not n]
     gone = [n for _, ns in named for n in ns if not resolve(n)]
-    assert not gone, f"README's table names functions that do not exist: {gone}"
+    assert not gone, f"the map names functions that do not exist: {gone}"
 
 
 def readme_layers() -> list[tuple[str, list[str]]]:
     "README's layers in order: (name, its modules), the showcase (notebooks, not modules) left out."
-    lines = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("- **")]
+    chapters = re.search(r"^## The chapters\n(.*?)(?=^## |\Z)", (ROOT / "README.md").read_text(), re.S | re.M)
+    assert chapters, "README has no '## The chapters' section"
+    lines = [ln for ln in chapters[1].splitlines() if ln.startswith("- **")]
     out = [(re.match(r"- \*\*(.+?)\*\*", ln)[1], re.findall(r"`(\w+)`", ln)) for ln in lines]
     return [(name, mods) for name, mods in out if name != "Showcase"]
 
@@ -192,3 +195,17 @@ def test_every_chapter_ends_with_the_tests_that_guard_it():
     assert "nbs/21_view.ipynb" in found["15_rundir.ipynb"]  # a mutant of rundir.py is killed there
     line = tool_.line("x.ipynb", ["tests/test_a.py", "nbs/y.ipynb"])
     assert "`tests/test_a.py`" in line and "`nbs/y.ipynb`" in line and line != tool_.line("x.ipynb", [])
+
+
+def test_readme_is_a_landing_page():
+    """README is at most 1,200 words outside code blocks, shows the continuity figure (which its chapter writes) in its
+    first 40 lines, and types no measured figure by hand: every decimal it shows is printed from a result file."""
+    text = (ROOT / "README.md").read_text()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    assert len(prose.split()) <= 1200, f"README is {len(prose.split())} words outside code blocks"
+    head = "\n".join(text.splitlines()[:40])
+    assert "](nbs/images/continuity.png)" in head and (ROOT / "nbs" / "images" / "continuity.png").is_file()
+    chapter = (ROOT / "nbs" / "27_resume_continuity.ipynb").read_text()
+    assert "fig.savefig(" in chapter and '\\"continuity.png\\"' in chapter, "the continuity chapter no longer writes it"
+    typed = re.findall(r"\b\d+\.\d+\b", re.sub(r"`[^`]*`", "", prose))
+    assert not typed, f"README's prose types figures by hand (print them from bench/results instead): {typed}"

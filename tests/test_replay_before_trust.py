@@ -18,7 +18,7 @@ from dormouse.numerics import EnvDriftError, kit_code, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl, read_lineage
-from dormouse.testing import assert_same_run, rewrite_ckpt, source_copy, stopped_at, tiny_cfg
+from dormouse.testing import assert_same_run, dormouse_cli, rewrite_ckpt, source_copy, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
@@ -173,9 +173,7 @@ def test_a_kit_edited_in_place_is_refused_naming_the_step_and_a_comment_edit_res
 
 
 def _verify(*args):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "dormouse.cli", "verify", *map(str, args), "--quiet"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return dormouse_cli("verify", *args, "--quiet", timeout=300)
 
 
 @pytest.mark.parametrize("resealed", [False, True], ids=["edited", "edited-and-resealed"])

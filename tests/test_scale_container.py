@@ -14,37 +14,20 @@ from dormouse.container import (
     SECTIONS,
     WRITE_CHECKSUM,
     CheckpointError,
-    RunState,
     load_ckpt,
     read_header,
     save_ckpt,
     section_checks,
 )
-from dormouse.numerics import numeric_env
-from dormouse.rng import keyed_normal, keyed_randint
+from dormouse.rng import keyed_randint
+from dormouse.testing import keyed_state
 
 STREAM_TEST = 152  # keyed stream for this file's fills and flip positions
 
 
 def big_state():
     "A model section of ~4 MiB (over the 2 MiB huge-buffer threshold) and an AdamW state for it."
-    lin = torch.nn.Linear(1024, 1000)
-    with torch.no_grad():
-        for i, p in enumerate(lin.parameters()):
-            p.copy_(torch.from_numpy(keyed_normal(1, i, STREAM_TEST, p.numel()).astype("float32")).view(p.shape))
-            p.grad = p.detach() * 0.5
-    opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
-    opt.step()
-    return RunState(
-        step=7,
-        model=lin.state_dict(),
-        optim=opt.state_dict(),
-        teacher=None,
-        flags=0,
-        stress=None,
-        table_step=7,
-        env=numeric_env(threads=1),
-    )
+    return keyed_state(12, stream=STREAM_TEST)
 
 
 def resigned(blob, algo, crc=zlib.crc32):

@@ -5,14 +5,14 @@ value per step, metrics.jsonl's rounded to float32; MLflow's client shows one ru
 kept before the kill, one value per step equal to metrics.jsonl's, the plan's strict keys as params, and the events.
 Every moment the test acts on is a hold in the training process (`dormouse.testing.held_train_cmd`), never a guess."""
 
-import json, os, signal, subprocess, time
+import json, os, signal, subprocess
 
 import numpy as np
 import pytest
 
 from dormouse.config import ENV_KEYS, PROGRESS_KEYS, flatten, read_snapshot
 from dormouse.rundir import RunPaths, read_jsonl
-from dormouse.testing import held_train_cmd, save_snapshot, tiny_cfg, train_cmd
+from dormouse.testing import held_train_cmd, save_snapshot, tiny_cfg, train_cmd, wait_for
 from dormouse.track_tensorboard import read_scalars, read_texts
 
 # a seconds-scale plan, written by save_snapshot
@@ -26,14 +26,6 @@ def cfg_file(tmp_path):
     p = tmp_path / "cfg.toml"
     save_snapshot(CONFIG, p)
     return p
-
-
-def wait_for(what: str, ok, proc, timeout: float = 120) -> None:
-    t0 = time.time()
-    while not ok():
-        assert proc.poll() is None, f"training exited ({proc.returncode}) before {what}: {proc.stdout.read()[-3000:]}"
-        assert time.time() - t0 < timeout, f"no {what} after {timeout} s"
-        time.sleep(0.1)
 
 
 def mlflow_client(run):

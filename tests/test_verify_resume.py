@@ -16,7 +16,7 @@ from dormouse.precompute import precompute_jepa_targets
 from dormouse.evidence import Evidence, row_check
 from dormouse.replay import UnverifiableError
 from dormouse.rundir import RunDirError, RunLock, RunPaths, read_jsonl, read_lineage
-from dormouse.testing import assert_same_run, rewrite_ckpt, stopped_at, tiny_cfg
+from dormouse.testing import assert_same_run, dormouse_cli, rewrite_ckpt, stopped_at, tiny_cfg
 from dormouse.train import fit
 from dormouse.verify import verify
 
@@ -221,9 +221,7 @@ def test_the_default_model_with_every_feature_is_verified_across_threads(feature
 
 
 def _verify_cli(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "dormouse.cli", "verify", *map(str, args), "--quiet"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return dormouse_cli("verify", *args, "--quiet", timeout=300)
 
 
 def test_dormouse_verify_reproduces_every_interval_and_writes_nothing(ref):

@@ -19,7 +19,7 @@ Exits 1 if any notebook fails to render or nbs/sidebar.yml names a notebook that
 """
 
 from __future__ import annotations
-import argparse, ast, configparser, copy, html, io, json, re, shutil, sys, tokenize, warnings
+import argparse, ast, base64, configparser, copy, hashlib, html, io, json, re, shutil, sys, tokenize, warnings
 from pathlib import Path
 
 import yaml
@@ -273,6 +273,7 @@ def prepare(nb, nb_path: Path):
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
     module, cells, names = "", [], []
+    alts = nb.metadata.setdefault("alt_text", {})  # image -> its cell's `#| fig-alt:` (the page sets it on the image)
     for c in nb.cells:
         if c.cell_type != "code":
             cells.append(c)
@@ -283,6 +284,9 @@ def prepare(nb, nb_path: Path):
         if "hide" in dirs or "exporti" in dirs or dirs.get("include", "").lower() == "false":
             continue
         c.outputs = _clean_outputs(c.get("outputs", []))
+        for o in c.outputs if "fig-alt" in dirs else []:  # the cell's alt text, for each image it shows
+            if "image/png" in o.get("data", {}):
+                alts[_png_key(o["data"]["image/png"])] = dirs["fig-alt"]
         if dirs.get("output", "").lower() == "false":
             c.outputs = []
         if "export" in dirs or "exports" in dirs:
@@ -365,6 +369,30 @@ def page_html(title: str, body: str, nav: str, css: str) -> str:
     )
 
 
+def _png_key(b64: str) -> str:
+    "An image output's key: the hash of its base64 text without line breaks (as the page's `src` holds it)."
+    return hashlib.sha256(re.sub(r"\s", "", b64).encode()).hexdigest()
+
+
+NO_ALT = 'alt="No description has been provided for this image"'  # what nbconvert gives an image without one
+
+
+def with_alt_text(body: str, alts: dict) -> str:
+    "Each output image gets its cell's `#| fig-alt:` text in place of nbconvert's placeholder."
+    def one(m: re.Match) -> str:
+        src = re.search(r'src="data:image/png;base64,([^"]+)"', m[0])
+        alt = src and alts.get(_png_key(src[1]))
+        return m[0].replace(NO_ALT, f'alt="{html.escape(alt)}"') if alt else m[0]
+    return re.sub(r"<img\b[^>]*>", one, body)
+
+
+def local_refs(body: str, nbs: Path) -> str:
+    "Links to another notebook point at its page; images from nbs/images/ are inlined, as every output image is."
+    body = re.sub(r'href="(\w+)\.ipynb"', lambda m: f'href="{page_name(Path(m[1] + ".ipynb"))}"', body)
+    return re.sub(r'src="(images/[\w.-]+\.png)"',
+                  lambda m: f'src="data:image/png;base64,{base64.b64encode((nbs / m[1]).read_bytes()).decode()}"', body)
+
+
 def _trusted(element) -> str:
     "nbconvert's `clean_html` for pages made from this repository's notebooks: the HTML as it is."
     return element.decode() if isinstance(element, bytes) else str(element)
@@ -385,6 +413,7 @@ def render(nb_path: Path) -> tuple[str, str, list[str]]:
     ex.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}, enabled=True), enabled=True)
     ex.register_filter("clean_html", _trusted)  # our own notebooks: bleach's sanitizing was 40% of the build
     body, _ = ex.from_notebook_node(page_nb)
+    body = with_alt_text(local_refs(body, nb_path.parent), page_nb.metadata.get("alt_text", {}))
     ext = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//", body, re.I)
     if ext:
         raise ValueError(

@@ -5,7 +5,7 @@ Markdown cells are copied as they are; code cells are shown as python blocks wit
 Usage: python tools/build_readme.py [--check]   (--check exits 1 if README.md is stale)
 """
 
-import json, sys
+import json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,12 +21,18 @@ def render(nb_path: Path) -> str:
         if cell["cell_type"] == "markdown":
             out.append(src + "\n")
         else:
-            out.append("```python\n" + src + "\n```\n")
+            if not src.startswith("#| echo: false"):  # as nbdev shows such a cell: its output without its code
+                out.append("```python\n" + src + "\n```\n")
             for o in cell.get("outputs", []):
                 text = "".join(o.get("text", []) or o.get("data", {}).get("text/plain", []))
                 if text.strip():
                     out.append("```\n" + text.rstrip() + "\n```\n")
-    return "\n".join(out)
+    return for_the_root("\n".join(out))
+
+
+def for_the_root(text: str) -> str:
+    "The notebook's links are relative to nbs/ (where it lives); README's to the repository's root."
+    return re.sub(r"\]\((images/[^)]+|\w+\.ipynb)\)", r"](nbs/\1)", text)
 
 
 if __name__ == "__main__":
