@@ -1,11 +1,11 @@
 """The decisions chapter stays true: every test it names exists, and every rule a comment or a chapter cites by name
-(`(rule: NAME)`) is a rule of nbs/28_decisions.ipynb."""
+(`(rule: NAME)`) is a rule of nbs/01_decisions.ipynb."""
 
 import json, re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "nbs" / "28_decisions.ipynb"
+CHAPTER = ROOT / "nbs" / "01_decisions.ipynb"
 CITE = re.compile(r"\(rule: ((?:[^()]|\([^()]*\))+)\)")  # a name may hold one (...)
 
 
@@ -24,7 +24,7 @@ def test_every_test_the_chapter_names_exists():
     named = re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`", text)
     assert len(named) >= 20, f"the chapter names {len(named)} tests: each rule needs the tests that prove it"
     gone = [f"{f}::{t}" for f, t in named if not re.search(rf"^def {t}\(", (ROOT / "tests" / f).read_text(), re.M)]
-    assert not gone, f"nbs/28_decisions.ipynb names tests that do not exist: {gone}"
+    assert not gone, f"nbs/01_decisions.ipynb names tests that do not exist: {gone}"
 
 
 def test_every_rule_has_a_unique_name_and_its_proof():

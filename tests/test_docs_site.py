@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-CONTINUITY_NB = NBS / "27_resume_continuity.ipynb"
+CONTINUITY_NB = NBS / "00_resume_continuity.ipynb"
 ARTIFACTS = ROOT / "tests" / "artifacts"  # the screenshots of the landing pages (gitignored)
 
 

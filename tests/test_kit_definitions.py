@@ -88,7 +88,7 @@ def test_each_definition_is_pinned_at_its_version(name, corpus, coded):
     assert version in known, f"{name} v{version} has no pinned value here: add {{{version}: {now!r}}} to GOLDEN"
     assert now == known[version], (
         f"the definition behind {name} changed (it gives {now}, v{version} gave {known[version]}) but "
-        f"numerics.DEFINITIONS[{name!r}] is still {version}: bump it in nbs/05_numerics.ipynb, and pin the new value "
+        f"numerics.DEFINITIONS[{name!r}] is still {version}: bump it in nbs/11_numerics.ipynb, and pin the new value "
         "here, so a resume across the change is refused instead of comparing two meanings")
 
 

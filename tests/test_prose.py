@@ -126,7 +126,7 @@ def test_no_module_imports_a_module_of_a_later_layer():
 
 
 def decisions() -> str:
-    cells = json.loads((ROOT / "nbs" / "28_decisions.ipynb").read_text())["cells"]
+    cells = json.loads((ROOT / "nbs" / "01_decisions.ipynb").read_text())["cells"]
     return "\n\n".join("".join(c["source"]) for c in cells)
 
 
@@ -177,7 +177,7 @@ def test_rules_are_cited_in_one_form():
     rules = {r.lower() for r in rule_names()}
     headings = {h.strip().lower() for chunks in prose(False).values() for t in chunks
                 for h in re.findall(r"^#+ (.+)$", t, re.M)}
-    files = [*ROOT.glob("dormouse/*.py"), *ROOT.glob("tests/*.py"), *(nb for nb in NBS if nb.stem != "28_decisions")]
+    files = [*ROOT.glob("dormouse/*.py"), *ROOT.glob("tests/*.py"), *(nb for nb in NBS if nb.stem != "01_decisions")]
     files = [p for p in files if p != Path(__file__)]
     odd = sorted((p.relative_to(ROOT).as_posix(), n) for p in files
                  for n in odd_citations(p.read_text(), rules, headings))
@@ -190,9 +190,9 @@ def test_every_chapter_ends_with_the_tests_that_guard_it():
     tool_ = tool("chapter_tests")
     assert tool_.stale() == [], "run `python tools/chapter_tests.py --write`"
     found = tool_.guards()
-    assert {"tests/test_prose.py", "tests/test_decisions.py"} <= set(found["28_decisions.ipynb"])  # they read it
-    assert "tests/test_background_ckpt.py" in found["14_commit.ipynb"]  # it imports dormouse.commit
-    assert "nbs/21_view.ipynb" in found["15_rundir.ipynb"]  # a mutant of rundir.py is killed there
+    assert {"tests/test_prose.py", "tests/test_decisions.py"} <= set(found["01_decisions.ipynb"])  # they read it
+    assert "tests/test_background_ckpt.py" in found["27_commit.ipynb"]  # it imports dormouse.commit
+    assert "nbs/29_view.ipynb" in found["28_rundir.ipynb"]  # a mutant of rundir.py is killed there
     line = tool_.line("x.ipynb", ["tests/test_a.py", "nbs/y.ipynb"])
     assert "`tests/test_a.py`" in line and "`nbs/y.ipynb`" in line and line != tool_.line("x.ipynb", [])
 
@@ -205,7 +205,21 @@ def test_readme_is_a_landing_page():
     assert len(prose.split()) <= 1200, f"README is {len(prose.split())} words outside code blocks"
     head = "\n".join(text.splitlines()[:40])
     assert "](nbs/images/continuity.png)" in head and (ROOT / "nbs" / "images" / "continuity.png").is_file()
-    chapter = (ROOT / "nbs" / "27_resume_continuity.ipynb").read_text()
+    chapter = (ROOT / "nbs" / "00_resume_continuity.ipynb").read_text()
     assert "fig.savefig(" in chapter and '\\"continuity.png\\"' in chapter, "the continuity chapter no longer writes it"
     typed = re.findall(r"\b\d+\.\d+\b", re.sub(r"`[^`]*`", "", prose))
     assert not typed, f"README's prose types figures by hand (print them from bench/results instead): {typed}"
+
+
+def test_the_sidebar_and_the_numbering_follow_readmes_layers():
+    "One list of layers, README's: the sidebar's sections are its layers in order, and `ls nbs/` reads as the sidebar."
+    import yaml
+
+    contents = yaml.safe_load((ROOT / "nbs" / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]
+    sections = [(item["section"], [re.sub(r"^\d+_", "", Path(n).stem) for n in item["contents"]])
+                for item in contents if isinstance(item, dict)]
+    want = [(name, [m for m in mods if (ROOT / "dormouse" / f"{m}.py").exists()]) for name, mods in readme_layers()]
+    assert sections == want, f"nbs/sidebar.yml's sections are not README's layers: {sections} != {want}"
+    order = [n for item in contents for n in ([item] if isinstance(item, str) else item["contents"])][1:]
+    assert order[0] == "00_resume_continuity.ipynb" and contents[0] == "index.ipynb", order[:2]
+    assert order == sorted(order) and all(re.fullmatch(r"\d\d_[a-z_]+\.ipynb", n) for n in order), order

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the docs site from nbs/*.ipynb without Quarto (which `nbdev_docs` needs and this machine cannot install).
 
-Every notebook becomes one page (index.ipynb -> index.html, 00_config.ipynb -> config.html, as nbdev names them), with
+Every notebook becomes one page (index.ipynb -> index.html, 03_config.ipynb -> config.html, as nbdev names them), with
 a navigation sidebar that shows nbs/sidebar.yml: its pages and its named sections (the layers of the kit), each
 section's pages under its title, in the file's order; a notebook the file does not list comes last. Cells are
 shown the way nbdev shows them: `#|` directive lines are stripped, `#| hide` cells are dropped, the source of
@@ -37,7 +37,7 @@ def notebooks(nbs: Path) -> list[Path]:
 
 
 def page_name(nb: Path) -> str:
-    "index.ipynb -> index.html; 00_config.ipynb -> config.html (nbdev strips the number prefix)."
+    "index.ipynb -> index.html; 03_config.ipynb -> config.html (nbdev strips the number prefix)."
     return re.sub(r"^\d+[a-z]?_", "", nb.stem) + ".html"
 
 

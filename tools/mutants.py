@@ -73,22 +73,22 @@ DELTAS = "tests/test_table_deltas.py"
 RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
-SCORE_NB = "nbs/18b_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
-MIX_NB = "nbs/18bm_mix.ipynb"  # the mix chapter: the counts by hand, a distribution, causal
-DATA_NB = "nbs/03_data.ipynb"  # the data chapter: batches, match codes and their cache
-HELDOUT_NB = "nbs/03c_heldout.ipynb"  # the held-out sample chapter
-BASELINES_NB = "nbs/03b_baselines.ipynb"  # the baselines chapter: the compressors and their cache
+SCORE_NB = "nbs/18_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
+MIX_NB = "nbs/19_mix.ipynb"  # the mix chapter: the counts by hand, a distribution, causal
+DATA_NB = "nbs/09_data.ipynb"  # the data chapter: batches, match codes and their cache
+HELDOUT_NB = "nbs/10_heldout.ipynb"  # the held-out sample chapter
+BASELINES_NB = "nbs/17_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 CAUSAL = "tests/test_score_causality.py"  # the score reads only the past: the real model, real codes, real units
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 TRACK_VIEWS = "tests/test_track_views.py"  # issue 41: trackers are views
-TRACK_TB_NB = "nbs/21e_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
-TRACK_ML_NB = "nbs/21f_track_mlflow.ipynb"  # the MLflow tracker across a resume
+TRACK_TB_NB = "nbs/31_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
+TRACK_ML_NB = "nbs/32_track_mlflow.ipynb"  # the MLflow tracker across a resume
 TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
 PROOF = "tests/test_proof_covers.py"  # issue 55: every column, the whole kit as code, the prefix said
 WORKERS = "tests/test_workers.py"  # issue 40: one process accumulating = 2 and 4 workers (threads), in seconds
-AB_NB = "nbs/26c_ab.ipynb"
-ELASTIC = "nbs/27_resume_continuity.ipynb"  # torchrun: 2 -> 1 -> 4, each change verified, the same run as 1 process
+AB_NB = "nbs/48_ab.ipynb"
+ELASTIC = "nbs/00_resume_continuity.ipynb"  # torchrun: 2 -> 1 -> 4, each change verified, the same run as 1 process
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
 HISTORY = "tests/test_history.py"
@@ -338,13 +338,13 @@ MUTANTS = [
         "older_snapshot_reads_compiled",
         "a run from before `compile` existed reads back as compiled, so its own resume is refused as drift",
         [edit("config.py", '4: ({"compile": False}, {}),', '4: ({"compile": True}, {}),')],
-        ["nbs/00_config.ipynb"],
+        ["nbs/03_config.ipynb"],
     ),
     Mutant(
         "newer_snapshot_read_as_this_format",
         "a snapshot from a newer kit is read as if its new keys did not exist, instead of being refused by format",
         [edit("config.py", "    if fmt > SNAPSHOT_FORMAT:", "    if False:")],
-        ["nbs/00_config.ipynb"],
+        ["nbs/03_config.ipynb"],
     ),
     Mutant(
         "fingerprint_skips_teacher",
@@ -494,19 +494,19 @@ MUTANTS = [
         "row_hash_xorshift_dropped",
         "the tables' row hash in torch int64 words drifts from its uint64 definition (fingerprints change meaning)",
         [edit("digest.py", "    x32[:, _LO::2] ^= x32[:, 1 - _LO::2]\n", "")],
-        ["nbs/06b_digest.ipynb"],
+        ["nbs/13_digest.ipynb"],
     ),
     Mutant(
         "write_behind_never_drops",
         "a large checkpoint file stays in the page cache: each checkpoint takes 100+ MB of fresh memory again",
         [edit("fsio.py", "        if self.can_drop and self.pending >= WRITE_BEHIND:\n            self.drop()\n", "")],
-        ["nbs/04_fsio.ipynb"],
+        ["nbs/02_fsio.ipynb"],
     ),
     Mutant(
         "digest_dirty_rows_lost",
         "the rows a step touched are not rehashed: the fingerprint misses a change of the tables",
         [edit("digest.py", "    mask[rows] = True\n", "")],
-        ["tests/test_scale_digest.py::test_incremental_equals_full_after_steps", "nbs/06b_digest.ipynb"],
+        ["tests/test_scale_digest.py::test_incremental_equals_full_after_steps", "nbs/13_digest.ipynb"],
     ),
     Mutant(
         "delta_base_id_not_checked",
@@ -572,7 +572,7 @@ MUTANTS = [
         "fifo_swapped_after_the_check",
         "a FIFO swapped in between the path's check and the open is read (the descriptor is not checked)",
         [edit("fsio.py", "        if not stat.S_ISREG(st.st_mode):  # swapped in", "        if False:  # swapped in")],
-        ["nbs/04_fsio.ipynb"],
+        ["nbs/02_fsio.ipynb"],
     ),
     Mutant(
         "json_depth_unbounded",
@@ -766,13 +766,13 @@ MUTANTS = [
         "steps_out_of_order_accepted",
         "a metrics file whose steps go back is walked as if in order: compare pairs the wrong rows",
         [edit("rundir.py", '        if row["step"] <= last:', "        if False:")],
-        ["nbs/21_view.ipynb"],
+        ["nbs/29_view.ipynb"],
     ),
     Mutant(
         "compare_a_missing_directory",
         "compare against a directory that does not exist says 'has 0 rows' instead of naming it",
         [edit("view.py", "        if not Path(run).is_dir():", "        if False:")],
-        ["nbs/21_view.ipynb"],
+        ["nbs/29_view.ipynb"],
     ),
     Mutant(
         "keep_ckpts_strict",
@@ -938,7 +938,7 @@ MUTANTS = [
         "a match code names the byte after the current one: the model reads the byte it must predict",
         [edit("match.py", "code[cur] = np.where(unit[prev] == unit[cur], nxt[prev], MATCH_TRAIN + nxt[prev])",
               "code[cur] = np.where(unit[prev] == unit[cur], nxt[cur], MATCH_TRAIN + nxt[prev])")],
-        ["nbs/02b_match.ipynb"],
+        ["nbs/08_match.ipynb"],
     ),
     Mutant(
         "match_codes_cross_files",
@@ -956,7 +956,7 @@ MUTANTS = [
         "generation_codes_see_only_the_window",
         "generation codes only the last seq_len bytes: a completion gets other codes than its text would when scored",
         [edit("infer.py", "stream_codes(whole, orders)[-len(ctx):]", "stream_codes(ctx, orders)")],
-        ["nbs/24_infer.ipynb"],
+        ["nbs/43_infer.ipynb"],
     ),
     # issue 41: trackers are views (track, track_tensorboard, track_mlflow)
     Mutant(
@@ -982,7 +982,7 @@ MUTANTS = [
         "failing_tracker_kept_on",
         "a tracker that raised is still called: a failing store is hit, and reported, at every row",
         [edit("track.py", "        self.trackers.remove(t)\n        try:\n", "        try:\n")],
-        ["nbs/21d_track.ipynb"],  # its failing tracker is called after it raised (the views' test of it takes 30 s)
+        ["nbs/30_track.ipynb"],  # its failing tracker is called after it raised (the views' test of it takes 30 s)
     ),
     Mutant(
         "failing_tracker_not_marked_in_lineage",
@@ -1055,7 +1055,7 @@ MUTANTS = [
         "a re-trained step is compared with the run's row in its loss and fingerprint only",
         [edit("evidence.py", "        what = row_disagrees(row, rec, keys=measured(rec))",
               '        what = row_disagrees(row, rec, keys=[k for k in ("loss", "fingerprint") if rec.get(k)])')],
-        ["nbs/21a_evidence.ipynb"],
+        ["nbs/38_evidence.ipynb"],
     ),
     Mutant(
         "verify_steps_all_is_a_prefix",
@@ -1074,14 +1074,14 @@ MUTANTS = [
         "tracker_not_caught_up",
         "a tracker is fed from the segment's start only: the rows a kill kept it from showing are lost for good",
         [edit("track.py", "                    since.append((t, max(0, last + 1)))", "                    pass")],
-        ["nbs/21d_track.ipynb"],
+        ["nbs/30_track.ipynb"],
     ),
     Mutant(
         "tracker_system_exit_kills_the_feed",
         "a tracker raising SystemExit ends the feed's thread unreported: every other tracker stops too",
         [edit("track.py", "        except BaseException as e:  # anything a tracker raises",
               "        except Exception as e:  # anything a tracker raises")],
-        ["nbs/21d_track.ipynb"],
+        ["nbs/30_track.ipynb"],
     ),
     Mutant(
         "hung_tracker_unnamed",
@@ -1100,13 +1100,13 @@ MUTANTS = [
         "ranks_environments_not_compared",
         "ranks under different MKL_CBWR train on, and die later as 'ranks diverged', naming nothing",
         [edit("dist.py", "        if drift := env_diff(envs[0], env):", "        if drift := {}:")],
-        ["nbs/17_dist.ipynb"],
+        ["nbs/34_dist.ipynb"],
     ),
     Mutant(
         "lost_peer_is_a_raw_traceback",
         "a rank whose peer was killed prints gloo's traceback instead of one line",
         [edit("dist.py", "    except RuntimeError as e:  # gloo's", "    except OSError as e:  # gloo's")],
-        ["nbs/17_dist.ipynb"],
+        ["nbs/34_dist.ipynb"],
     ),
     Mutant(
         "inspect_waits_on_a_fifo",
@@ -1332,7 +1332,7 @@ MUTANTS = [
         "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
         [edit("scorecard.py", '"mixed": mixed_bits(bits["alone"], counted, mix)',
               '"mixed": mixed_bits(bits["adapting"] or bits["alone"], counted, mix)')],
-        ["nbs/18c_scorecard.ipynb"],
+        ["nbs/20_scorecard.ipynb"],
     ),
     Mutant(
         "adaptive_trains_before_it_scores",
@@ -1395,34 +1395,34 @@ MUTANTS = [
         "gap_to_the_weakest",
         "the gap is reported against the weakest compressor, not the strongest",
         [edit("baselines.py", "return min(have, key=lambda n:", "return max(have, key=lambda n:")],
-        [BASELINES_NB, "nbs/18c_scorecard.ipynb"],
+        [BASELINES_NB, "nbs/20_scorecard.ipynb"],
     ),
     Mutant(
         "train_codes_read_held_out_text",
         "a held-out file's codes also read the held-out files before it: the score reads text that is not the past",
         [edit("match.py", "None if train is None else train[x], learn, n_src, not learn)",
               "None if train is None else train[x], learn, n_src, False)")],
-        ["nbs/02b_match.ipynb"],
+        ["nbs/08_match.ipynb"],
     ),
     # issue 51: a corpus of any size in bounded memory (match's blocks and tables, the streamed count model and overlap)
     Mutant(
         "train_codes_source_the_held_out_byte",
         "the training text's last byte is a source: the tables a held-out file reads name the first held-out byte",
         [edit("match.py", "n_src = m - (units[j - 1][0] + (b or units[j - 1][1]) == last)", "n_src = m")],
-        ["nbs/02b_match.ipynb"],
+        ["nbs/08_match.ipynb"],
     ),
     Mutant(
         "match_table_drops_the_front",
         "a new string in a bucket drops the one at its front, not its back: a bucket forgets what it saw last",
         [edit("match.py", "        self.slots[bo[one] + 1] = np.where(keep, was, self.slots[bo[one] + 1])\n", "")],
-        ["nbs/02b_match.ipynb"],
+        ["nbs/08_match.ipynb"],
     ),
     Mutant(
         "match_table_check_ignored",
         "a slot's string is not checked: a string that shares a slot reads another string's next byte",
         [edit("match.py", "hit = np.where((first & np.uint32(0xFFFFFF00)) == want,",
               "hit = np.where((first & _USED) != 0,")],
-        ["nbs/02b_match.ipynb"],
+        ["nbs/08_match.ipynb"],
     ),
     Mutant(
         "overlap_misses_strings_across_chunks",
@@ -1449,7 +1449,7 @@ MUTANTS = [
         "near_copies_kept",
         "the figure 'without near-copies' keeps them: it is the held-out figure again",
         [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
-        ["nbs/18c_scorecard.ipynb"],
+        ["nbs/20_scorecard.ipynb"],
     ),
     # the prose checked against the code: a count the chapters state, an object they name
     Mutant(
