@@ -199,7 +199,7 @@ RECORDED = {  # {"corpus sha256[:16]/stream sha256[:16]": {"bits": {figure: bits
     # the default corpus (built from Python 3.11.7's standard library): the held-out sample, and without its
     # near-copies of training files, as `dormouse baselines` computed them (zpaq 7.15, pyppmd 1.3.1; PPMd's variant I
     # added 2026-12-05; PPMd's figures of a 2 GiB model 2026-12-06, by the same `compressed_size`: given the training
-    # text, variant H order 32 scores 0.953 there, where at 1 GiB its model filled, restarted, and scored 1.112)
+    # text, variant H order 32 is best there; at 1 GiB its model filled and restarted, and scored worse)
     "98ca90a7e64217d9/1a232c373b6ca70f": {"bits": {
         "zpaq -m5": 1.0308347288945585, "zpaq -m5 +train": 0.8346899340499134,
         "PPMd": 1.1804078913881566, "PPMd +train": 0.9532605861042948,

@@ -223,3 +223,18 @@ def test_the_sidebar_and_the_numbering_follow_readmes_layers():
     order = [n for item in contents for n in ([item] if isinstance(item, str) else item["contents"])][1:]
     assert order[0] == "00_resume_continuity.ipynb" and contents[0] == "index.ipynb", order[:2]
     assert order == sorted(order) and all(re.fullmatch(r"\d\d_[a-z_]+\.ipynb", n) for n in order), order
+
+
+def test_no_chapter_types_a_figure_of_the_report_by_hand():
+    """The default run's report figures (bench/results/default_run.json) reach a chapter only as printed output: no
+    markdown cell and no comment line of a chapter's code types one (each would go stale at the next measurement)."""
+    report = json.loads((ROOT / "bench" / "results" / "default_run.json").read_text())["report"]
+    figures = set(re.findall(r"\b\d\.\d{3}\b", "\n".join(report)))
+    assert len(figures) > 20, figures  # the scan reads the report
+    typed = []
+    for p in NBS:
+        for c in json.loads(p.read_text())["cells"]:
+            src = "".join(c["source"])
+            text = src if c["cell_type"] == "markdown" else "\n".join(re.findall(r"^\s*#.*", src, re.M))
+            typed += [f"{p.name} {c.get('id')}: {f}" for f in sorted(set(re.findall(r"\b\d\.\d{3}\b", text)) & figures)]
+    assert not typed, f"chapters type the report's figures by hand (print them from the result file): {typed}"
