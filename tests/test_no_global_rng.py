@@ -38,16 +38,15 @@ def lib_sources():
     return files
 
 
+def code_hits(patterns, skip=()) -> list[str]:
+    "Every code line of the library (its comment stripped) that one of `patterns` matches, as `file:line: text`."
+    return [f"{p.name}:{n}: {line.strip()}" for p in lib_sources() if p.name not in skip
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if any(re.search(pat, line.split("#", 1)[0]) for pat in patterns)]
+
+
 def test_no_global_rng_outside_rng():
-    hits = []
-    for p in lib_sources():
-        if p.name == "rng.py":
-            continue
-        for n, line in enumerate(p.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            for pat in FORBIDDEN:
-                if re.search(pat, code):
-                    hits.append(f"{p.name}:{n}: {line.strip()}")
+    hits = code_hits(FORBIDDEN, skip={"rng.py"})
     assert hits == [], "global RNG use in the library:\n" + "\n".join(hits)
 
 
@@ -58,13 +57,7 @@ def test_rng_itself_uses_no_global_state():
 
 
 def test_no_pickle_in_library():
-    hits = []
-    for p in lib_sources():
-        for n, line in enumerate(p.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            for pat in NO_PICKLE:
-                if re.search(pat, code):
-                    hits.append(f"{p.name}:{n}: {line.strip()}")
+    hits = code_hits(NO_PICKLE)
     assert hits == [], "pickle-capable IO in the library:\n" + "\n".join(hits)
 
 
