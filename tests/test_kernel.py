@@ -41,7 +41,8 @@ def test_fit_leaves_the_caller_as_found_on_return_and_on_exception(tmp_path):
 
 
 N_LONG = 150  # the interrupted run's steps: it is stopped after 15
-LONG = f"tiny_cfg(steps={N_LONG}, ckpt_every=1000, eval=False)"
+LONG_PLAN = dict(steps=N_LONG, ckpt_every=1000, eval=False)  # the kernel's run, and the reference trained here
+LONG = f"tiny_cfg(**{LONG_PLAN!r})"
 CELLS = [
     "import torch\nfrom dormouse.train import fit\nfrom dormouse.testing import tiny_cfg\ntorch.set_num_threads(2)",
     # the default progress: the live panel
@@ -111,5 +112,5 @@ def test_fit_in_a_real_kernel_restores_threads_shows_the_panel_and_an_interrupt_
     assert f"resumed: {N_LONG} False" in out[4], out[4]
     lineage = read_jsonl(RunPaths(run / "long").lineage)
     assert [(s["kind"], s["start_step"]) for s in lineage] == [("fresh", 0), ("resume", stopped)], lineage
-    fit(tiny_cfg(steps=N_LONG, ckpt_every=1000, eval=False), tmp_path / "ref", progress=False)
+    fit(tiny_cfg(**LONG_PLAN), tmp_path / "ref", progress=False)
     assert_same_run(tmp_path / "ref", run / "long")
