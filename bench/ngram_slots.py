@@ -21,17 +21,30 @@ on a shared machine extra threads mostly measure the neighbours. The load averag
 Both tables are allocated by `NgramTables` (huge-page-advised memory on Linux, every page faulted in at
 construction), so no step pays first-touch page faults; a table loaded from a tables file is fully written too.
 
-Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target.
+Prints e.g. `ngram step time 2^22 / 2^16 slots: 1.03x (target <= 1.10)` and exits 1 when over target. The result
+goes to bench/results/ngram_slots.json under the key of its `--data` (a run on the other bytes keeps its entry), with
+the date, the machine and the load average (`--out` elsewhere).
 Usage: .venv/bin/python bench/ngram_slots.py [--data corpus|random] [--small 16] [--big 22] [--repeats 400] ...
 """
 
-import argparse, os, statistics, sys, time
+import argparse, datetime, json, os, platform, statistics, sys, time
+from pathlib import Path
 import numpy as np
 import torch
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_normal, keyed_randint
 
 STREAM_BENCH = 101  # keyed stream for the benchmark's bytes and projection (not a training stream)
+RESULT = Path(__file__).resolve().parent / "results" / "ngram_slots.json"
+
+
+def machine() -> str:
+    "The CPU's model name, the architecture and the core count."
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def main(argv=None):
@@ -57,6 +70,7 @@ def main(argv=None):
         "--data", choices=["corpus", "random"], default="corpus", help="trainer batches, or keyed random bytes"
     )
     ap.add_argument("--target", type=float, default=1.10, help="fail when big/small exceeds this")
+    ap.add_argument("--out", default=str(RESULT), help="the JSON result file (updated under the --data key)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     orders = [int(o) for o in a.orders.split(",")]
@@ -136,6 +150,26 @@ def main(argv=None):
         f"median of the {a.repeats} paired ratios (gated): {ratio:.2f}x"
     )
     print(f"ngram step time 2^{a.big} / 2^{a.small} slots: {ratio:.2f}x (target <= {a.target:.2f})")
+    out = Path(a.out)
+    got = json.loads(out.read_text()) if out.exists() else {}
+    got[a.data] = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "load": [round(v, 2) for v in os.getloadavg()],
+        "source": "bench/ngram_slots.py",
+        "threads": a.threads,
+        "orders": orders,
+        "dim": a.dim,
+        "small": a.small,
+        "big": a.big,
+        "repeats": a.repeats,
+        "median_step_s": {str(c.log2): statistics.median(c.times) for c in (small, big)},
+        "touched_rows_per_step": {str(c.log2): int(statistics.median(c.touched)) for c in (small, big)},
+        "paired_ratio": ratio,
+        "ratio_of_medians": ms[a.big] / ms[a.small],
+    }
+    out.write_text(json.dumps(got, indent=1) + "\n")
+    print(f"written: {out} ({a.data})")
     return 0 if ratio <= a.target else 1
 
 

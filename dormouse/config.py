@@ -76,7 +76,7 @@ class TrainCfg:
     quant_tol: float = 0.05  # relative loss gap that trips the latch at the quant check
     warmup_forwards: bool = True  # two no-grad warm-up forwards on one probe batch before step 0
     bf16: bool = False  # run the forward under bf16 autocast
-    compile: bool = False  # train through torch.compile (Inductor): ~0.9x the eager step, its own bits; eval is eager
+    compile: bool = False  # train through torch.compile (Inductor): a faster step, its own bits; eval is eager
     aux: bool = False  # JEPA auxiliary objective with an EMA teacher
     jepa_weight: float = 0.1  # loss = ce + jepa_weight * jepa
     mask_frac: float = 0.15  # expected fraction of masked bytes for JEPA

@@ -143,7 +143,7 @@ def path_text_problem(path) -> str | None:
     try:
         b.decode("utf-8")
     except UnicodeDecodeError as e:
-        return f"has byte {b[e.start]:#04x} at position {e.start}, which is not UTF-8"
+        return f"has byte 0x{b[e.start]:02x} at position {e.start}, which is not UTF-8"
     return None
 
 # %% ../nbs/02_fsio.ipynb #8595ebb1
@@ -172,7 +172,7 @@ def _text(data: bytes, where, line: int | None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ParseError(where, line, f"byte {e.object[e.start]:#04x} at offset {e.start} is not UTF-8 text") from None
+        raise ParseError(where, line, f"byte 0x{e.object[e.start]:02x} at offset {e.start} is not UTF-8 text") from None
 
 # %% ../nbs/02_fsio.ipynb #139325d5
 def _unbounded(obj, ints: bool = True) -> str | None:
