@@ -16,14 +16,16 @@ averaged by its bucketed all-reduce, overlapped with backward), then the n-gram 
 all-reduced. Its sums depend on the world size; the canonical step's do not.
 
 Run it alone on the machine: neighbours' load moves every figure. A ratio is measured in one launch, rounds
-interleaved, so slow drifts of the machine cancel; absolute times are printed for scale only.
+interleaved, so slow drifts of the machine cancel; absolute times are printed for scale only. The figures, as printed,
+go to bench/results/elastic.json (when and where it ran, and the command), which the dist chapter renders; a --quick
+dry run writes none unless --out names a file.
 
-  python bench/elastic.py [--models default,wide] [--worlds 2,4] [--steps 12] [--rounds 3] [--quick]
+  python bench/elastic.py [--models default,wide] [--worlds 2,4] [--steps 12] [--rounds 3] [--quick] [--out F]
 """
 
 from __future__ import annotations
 
-import argparse, json, os, resource, statistics, subprocess, sys, time
+import argparse, json, os, platform, resource, statistics, subprocess, sys, time
 from pathlib import Path
 
 import torch
@@ -31,6 +33,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "bench" / "results" / "elastic.json"
 sys.path.insert(0, str(ROOT))
 
 from dormouse.config import ModelCfg, TrainCfg  # noqa: E402
@@ -210,7 +213,7 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=2, help="untimed steps per arm per round")
     ap.add_argument("--threads", type=int, default=2, help="threads of the one-process arms")
     ap.add_argument("--quick", action="store_true", help="the tiny model, few steps: a dry run of the script")
-    ap.add_argument("--out", default="", help="also write the figures as JSON here")
+    ap.add_argument("--out", default=None, help=f"where the JSON result goes (default {RESULT}; --quick: none)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="default", help=argparse.SUPPRESS)
     ap.add_argument("--micro-batch", type=int, default=0, help=argparse.SUPPRESS)
@@ -221,14 +224,17 @@ def main() -> int:
         return 0
     if a.quick:
         a.models, a.steps, a.rounds, a.warm = "tiny", 4, 2, 1
-    out = {"cpu": os.cpu_count(), "torch": torch.__version__, "steps": a.steps, "rounds": a.rounds, "models": {}}
+    out = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+           "source": " ".join(["measured by bench/elastic.py", *sys.argv[1:]]), "torch": torch.__version__,
+           "steps": a.steps, "rounds": a.rounds, "threads": a.threads, "models": {}}
     print(f"bench/elastic.py: {os.cpu_count()} CPUs, torch {torch.__version__}; {a.rounds} interleaved rounds of "
           f"{a.steps} timed steps per arm; medians")
     for model in a.models.split(","):
         base = plan(model, 0, 1)
         corpus = corpus_for(base)
         n_params, rows = vector_sizes(base, corpus, range(8))
-        res = out["models"][model] = {"params": n_params, "mean_ngram_rows": rows, "worlds": {}}
+        res = out["models"][model] = {"d_model": base.model.d_model, "params": n_params, "mean_ngram_rows": round(rows),
+                                      "batch": base.batch, "seq_len": base.seq_len, "worlds": {}}
         print(f"\n{model}: d_model {base.model.d_model}, {n_params:,} parameters, ~{rows:,.0f} n-gram rows a batch "
               f"of {base.batch} x {base.seq_len}")
         for world in [int(w) for w in a.worlds.split(",")]:
@@ -240,8 +246,12 @@ def main() -> int:
             mem = {arm: launch(a, model, world, arm, 3, 1, 1)["max_rss_kb"] for arm in ("canonical", "ddp")}
             k = micro_count(plan(model, base.batch // world, 1))
             got, ddp = exchange_bytes(world, k, n_params, rows, base.model.ngram_dim)
-            res["worlds"][world] = {"canonical_s": t["canonical"], "ddp_s": t["ddp"], "bytes_canonical": got,
-                                    "bytes_ddp": ddp, "max_rss_kb": mem, "collective_s": coll}
+            res["worlds"][str(world)] = {  # the figures as printed below
+                "micro_batch": base.batch // world, "canonical_ms": round(1e3 * t["canonical"], 1),
+                "ddp_ms": round(1e3 * t["ddp"], 1), "ratio": round(t["canonical"] / t["ddp"], 3),
+                "received_mb_canonical": round(got / 1e6, 2), "received_mb_ddp": round(ddp / 1e6, 2),
+                "peak_rss_mb_canonical": round(mem["canonical"] / 1024), "peak_rss_mb_ddp": round(mem["ddp"] / 1024),
+                "exchange_ms": {k: round(1e3 * v, 1) for k, v in coll.items()}}
             print(f"  world {world} (micro_batch {base.batch // world}, one thread a rank): step "
                   f"{1e3 * t['canonical']:.1f} ms canonical vs {1e3 * t['ddp']:.1f} ms DDP: ratio "
                   f"{t['canonical'] / t['ddp']:.3f}; received a step per rank {got / 1e6:.2f} MB vs {ddp / 1e6:.2f} MB;"
@@ -250,11 +260,15 @@ def main() -> int:
                   f"all-gather) {1e3 * coll['kit']:.1f} ms; all-gather of whole vectors, each rank finishing "
                   f"{1e3 * coll['all_gather']:.1f} ms; all-reduce (no fixed order) {1e3 * coll['all_reduce']:.1f} ms")
         acc = accumulation(model, a)
-        res["accumulation_s"] = acc
+        res["accumulation"] = {"whole_ms": round(1e3 * acc[1], 1),
+                               "micro_ms": {str(k): round(1e3 * v, 1) for k, v in acc.items() if k > 1},
+                               "ratio": {str(k): round(v / acc[1], 3) for k, v in acc.items() if k > 1}}
         print(f"  one process ({a.threads} thread(s)): step {1e3 * acc[1]:.1f} ms whole batch; "
               + "; ".join(f"{k} microbatches {1e3 * v:.1f} ms = {v / acc[1]:.3f}x" for k, v in acc.items() if k > 1))
-    if a.out:
-        Path(a.out).write_text(json.dumps(out, indent=1))
+    dest = a.out if a.out is not None else ("" if a.quick else str(RESULT))
+    if dest:
+        Path(dest).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"written: {dest}")
     return 0
 
 

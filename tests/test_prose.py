@@ -238,3 +238,32 @@ def test_no_chapter_types_a_figure_of_the_report_by_hand():
             text = src if c["cell_type"] == "markdown" else "\n".join(re.findall(r"^\s*#.*", src, re.M))
             typed += [f"{p.name} {c.get('id')}: {f}" for f in sorted(set(re.findall(r"\b\d\.\d{3}\b", text)) & figures)]
     assert not typed, f"chapters type the report's figures by hand (print them from the result file): {typed}"
+
+
+MEASURED = re.compile(r"(?<![\w.^-])\d[\d,]*(?:\.\d+)?(?:\s*[–-]\s*\d[\d.]*)?\s*(?:x\b|×|ms\b|s\b|seconds?\b|GB/s|MB/s|"
+                      r"GiB/s|steps/s|tokens/s|%|s/MB|min\b|minutes?\b|bits/byte|bits per byte)")
+DEFINED = {  # (where, phrase): figures the prose states that no bench measures: a definition, a constant, arithmetic
+    ("nbs/02_fsio.ipynb", "30 seconds"),  # the FIFO watchdog's wait, a constant of the code beside it
+    ("nbs/03_config.ipynb", "5 minutes"),  # the default run's target length
+    ("nbs/12_quant.ipynb", "50x"),  # the outlier the example constructs
+    ("nbs/13_digest.ipynb", "3%"),  # 8 bytes against 4 * 64: arithmetic
+    ("nbs/16_stress.ipynb", "99.9%"),  # the definition of the p99.9 norm
+    ("nbs/19_mix.ipynb", "10%"), ("nbs/19_mix.ipynb", "5%"),  # the dev and test corpora's held-out fractions
+    ("nbs/48_ab.ipynb", "95%"), ("nbs/index.ipynb", "95%"), ("README.md", "95%"),  # the interval's level
+}
+
+
+def test_no_chapter_types_a_measured_figure():
+    """A time, a rate, a ratio, a share or a score in prose (markdown, code comments, README) is a measurement: it is
+    printed from a result file under bench/results/ by a code cell (so a rerun of the bench changes it), never typed.
+    What is defined rather than measured is listed in DEFINED with its reason."""
+    typed = [f"{where}: {m.group(0)!r}" for where, texts in prose().items() for text in texts
+             for m in MEASURED.finditer(text) if (where, m.group(0)) not in DEFINED]
+    assert not typed, f"measured figures typed in prose (print them from bench/results/*.json): {typed}"
+
+
+def test_the_measured_figure_scan_can_fail():
+    "The scan finds the figures it is meant to: a time, a rate, a ratio, a share, a score."
+    text = "a step took 137 ms, xxh3_64 27 GB/s, 1.04–1.14x, 0.65% of CPU, 0.007 bits/byte, 27.8 steps/s, 3–4 s"
+    assert len(MEASURED.findall(text)) == 7
+    assert not MEASURED.findall("2^22 slots, 4 MiB slices, order 32, 2 GiB, xxh3_64, 83 files, step 40")
