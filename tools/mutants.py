@@ -682,8 +682,8 @@ MUTANTS = [
         [
             edit(
                 "baselines.py",
-                "stream_baselines(corpus, score_sample(corpus, max_bytes).stream(corpus), ",
-                "stream_baselines(corpus, bytes(corpus.data[corpus.n_train:]), ",
+                "base = stream_baselines(corpus, sample.stream(corpus), ",
+                "base = stream_baselines(corpus, bytes(corpus.data[corpus.n_train:]), ",
             )
         ],
         [BASELINES_NB],
