@@ -5,8 +5,8 @@
 # %% ../nbs/17_baselines.ipynb #18a908b3
 from __future__ import annotations
 import bz2, contextlib, hashlib, json, lzma, shutil, subprocess, sys, tempfile, threading, zlib
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np
 import pyppmd
@@ -18,8 +18,8 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 # %% auto #0
-__all__ = ['COMPRESSORS', 'QUICK', 'PPMD', 'PPMD_MEM', 'BASELINE_FORMAT', 'RECORDED', 'zpaq_size', 'compressed_size', 'Baselines',
-           'stream_baselines', 'compressor_baselines']
+__all__ = ['COMPRESSORS', 'QUICK', 'PPMD', 'PPMD_MEM', 'BASELINE_FORMAT', 'RECORDED', 'PAIRED', 'RECORDED_FILES', 'zpaq_size',
+           'compressed_size', 'Baselines', 'stream_baselines', 'compressor_baselines', 'file_bits']
 
 # %% ../nbs/17_baselines.ipynb #0e5c60b2
 COMPRESSORS = ("zpaq -m5", "PPMd", "xz -9e", "bz2 -9", "zlib -9")  # strongest first: the order they are shown in
@@ -120,6 +120,7 @@ class Baselines:
     origin: dict  # {figure: "now" | "cache" | "recorded"}: where each figure came from
     missing: dict  # {figure: why there is none}
     ppmd_order: dict  # {"PPMd": "H64", "PPMd +train": "I16"}: the variant and order of its best figure
+    per_file: dict = field(default_factory=dict)  # {figure: bits of each unit}, each unit after the training text only
 
     def strongest(self, given: bool = False) -> str | None:
         "The compressor with the fewest bits/byte (given the training text first, or alone), or None."
@@ -253,6 +254,59 @@ def compressor_baselines(corpus: Corpus,  # the run's corpus
                          progress: bool | None = None,  # a progress bar on stderr; None: when stderr is a terminal
                          log=None,  # where a cache write failure is said (default: stderr)
                         ) -> Baselines:
-    "The compressors' figures on the held-out sample the final score reads (`score_sample`)."
-    return stream_baselines(corpus, score_sample(corpus, max_bytes).stream(corpus), thorough=thorough,
-                            progress=progress, log=log)
+    "The compressors' figures on the held-out sample the final score reads (`score_sample`), per file where known."
+    sample = score_sample(corpus, max_bytes)
+    base = stream_baselines(corpus, sample.stream(corpus), thorough=thorough, progress=progress, log=log)
+    each = file_bits(corpus, sample, log=log)
+    if each is None:
+        return base
+    return replace(base, per_file={PAIRED + " +train": each[0]},
+                   origin={**base.origin, f"{PAIRED} +train per file": each[1]})
+
+# %% ../nbs/17_baselines.ipynb #pf000002
+PAIRED = "zpaq -m5"  # the compressor whose figure given the training text is also computed per file
+RECORDED_FILES = {  # {"corpus sha256[:16]/stream sha256[:16]": bytes of PAIRED for each unit after the training text}
+    # the default corpus's held-out sample: each of its 83 files after the training text alone, as
+    # `file_bits` computes them with `zpaq_size` (what `dormouse baselines --per-file` runs; zpaq 7.15, 2026-12-06)
+    "98ca90a7e64217d9/1a232c373b6ca70f": (
+        426, 737, 517, 3636, 3286, 2469, 1236, 443, 312, 674, 553, 1037, 263, 593, 284, 1626, 281, 654, 1585, 1099, 588,
+        165, 65, 3030, 65, 560, 183, 965, 532, 348, 125, 1957, 203, 37, 80, 10816, 5605, 7489, 52, 3802, 13543, 1427,
+        199, 541, 3500, 432, 1492, 219, 2279, 2601, 178, 3410, 12955, 1934, 1188, 31, 51, 2309, 190, 670, 213, 52, 8476,
+        796, 10263, 4267, 656, 115, 257, 640, 14, 17, 1047, 2671, 570, 1049, 1053, 6303, 13880, 1310, 1521, 4100, 1288),
+}
+
+def file_bits(corpus: Corpus,  # the run's corpus: its training split is the text given first
+              sample,  # a `HeldSample` (`score_sample(corpus)`): its units, in order
+              compute: bool = False,  # compute what is missing (a pass over the training text per unit)
+              progress: bool | None = None,  # a progress bar on stderr; None: when stderr is a terminal
+              log=None,  # where a cache write failure is said (default: stderr)
+             ) -> tuple | None:
+    "(bits of PAIRED for each unit read after the training text alone, where from), or None while any is missing."
+    units = [bytes(corpus.data[o:o + n]) for _, o, n in sample.units]
+    rec = RECORDED_FILES.get(f"{corpus.sha256[:16]}/{_sha(b''.join(units))[:16]}")
+    if rec is not None and len(rec) == len(units):
+        return tuple(8.0 * s for s in rec), "recorded"
+    spec = [BASELINE_FORMAT, corpus.sha256, corpus.n_train, PAIRED]
+    paths = [_entry_path("file", spec + [_sha(u)]) for u in units]
+    full = [_read_entry(p).get("bits", {}).get("full") for p in paths]
+    pp = _entry_path("prefix", spec[:3])
+    pre = _read_entry(pp).get("bits", {})
+    todo = [i for i, f in enumerate(full) if f is None]
+    if todo and (not compute or not shutil.which("zpaq")):
+        return None
+    prefix, stop = (corpus.data, 0, corpus.n_train), threading.Event()
+    with (tqdm(total=len(todo) * corpus.n_train + sum(len(units[i]) for i in todo), unit="B", unit_scale=True,
+               desc=f"{PAIRED} per file", disable=not (sys.stderr.isatty() if progress is None else progress),
+               file=sys.stderr, leave=False) as bar, ThreadPoolExecutor(2) as pool):
+        if PAIRED not in pre:
+            pre[PAIRED] = pool.submit(compressed_size, PAIRED, prefix, stop=stop).result()
+            _write_entry(pp, {"bits": pre}, log)
+        futs = {pool.submit(compressed_size, PAIRED, prefix, units[i], bar=bar, stop=stop): i for i in todo}
+        try:
+            for f in as_completed(futs):
+                full[futs[f]] = f.result()
+                _write_entry(paths[futs[f]], {"bits": {"full": full[futs[f]]}}, log)
+        except BaseException:
+            stop.set()
+            raise
+    return tuple(8.0 * (f - pre[PAIRED]) for f in full), "now" if todo else "cache"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/46_cli.ipynb #3c97eb35
 from __future__ import annotations
-import dataclasses, errno, json, os, sys
+import dataclasses, errno, hashlib, json, os, sys
 from pathlib import Path
 from .config import ConfigError, DriftError, TrainCfg, load_cfg
 from .validate import validate
@@ -25,7 +25,8 @@ from .train import fit
 from .replay import VERIFY_STEPS, UnverifiableError
 from .verify import EXIT_STATUS, verify
 from .view import compare_runs, plot_run
-from .baselines import COMPRESSORS, stream_baselines
+from .baselines import COMPRESSORS, PAIRED, file_bits, stream_baselines
+from .heldout import score_sample
 from .scorecard import report_streams
 from .flags import UsageError, build_parser, normalize_flags, train_cfg_from_args
 
@@ -149,6 +150,16 @@ def cmd_baselines(args) -> int:
             print(f"  {key}: {why}")
         if args.json:
             print(json.dumps({f"{corpus.sha256[:16]}/{b.sha256[:16]}": {"bits": b.bits, "ppmd_order": b.ppmd_order}}))
+    if args.per_file:  # the held-out sample's files, each after the training text alone: the gap's paired error
+        sample = score_sample(corpus)
+        got = file_bits(corpus, sample, compute=True, progress=False if args.quiet else None)
+        if got is None:
+            raise UsageError(f"--per-file needs {PAIRED}, which is not installed (Debian/Ubuntu: apt-get install zpaq)")
+        print(f"held-out, per file: {PAIRED} given the training text, each of {len(got[0])} files after it alone: "
+              f"{sum(got[0]) / sum(n for _, _, n in sample.units):.4f} bits/byte ({got[1]})")
+        if args.json:
+            sizes = [round(b / 8) for b in got[0]]
+            print(json.dumps({f"{corpus.sha256[:16]}/{hashlib.sha256(sample.stream(corpus)).hexdigest()[:16]}": sizes}))
     return 0
 
 def cmd_plot(args) -> int:

@@ -222,6 +222,8 @@ def _tool_parsers(sub) -> None:
     b.add_argument("--config", help="TOML config of the run whose report reads them (default: the default plan)")
     b.add_argument("--data", help="the corpus, as a run's data key (default: the config's; \"\": the default corpus)")
     b.add_argument("--holdout-frac", type=float, help="as a run's holdout_frac (default: the config's)")
+    b.add_argument("--per-file", action="store_true",
+                   help="also zpaq given the training text for each held-out file alone (a pass over it per file)")
     b.add_argument("--json", action="store_true", help="also print each stream's figures as one JSON line")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 

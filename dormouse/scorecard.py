@@ -4,17 +4,17 @@
 
 # %% ../nbs/20_scorecard.ipynb #sc000004
 from __future__ import annotations
-import os
+import math, os
 import numpy as np
 from dataclasses import dataclass
-from .baselines import Baselines, compressor_baselines, stream_baselines
+from .baselines import PAIRED, Baselines, compressor_baselines, stream_baselines
 from .config import ConfigError, TrainCfg
 from .data import Corpus, CorpusError
 from .heldout import (OUTSIDE_BYTES, SHARED_BYTES, near_copies, outside_sample, score_bytes, score_sample,
                               shared_bytes)
 from .budget import BudgetError, check_memory, give_back
 from .mix import MIX, Mix, count_bytes, count_model, mixed_bits
-from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score
+from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score, ratio_se
 
 # %% auto #0
 __all__ = ['SampleScore', 'Scorecard', 'report_lines', 'report_streams', 'final_score', 'score_switches', 'run_scorecard']
@@ -108,7 +108,11 @@ def _lead_lines(sc: Scorecard) -> list[str]:
         out[-1] += (f"; {h.adapting.bits_per_byte:.3f} adapting as it reads: a copy of the model's top (coda and "
                     f"head) trains on each file's bytes once they are scored, an Adam step per {a.windows} windows "
                     f"at lr {a.lr:g}; the run itself is not changed")
-    return out + [_gap_line(sc), f"  {h.alone.context()}"]
+    return out + [_gap_line(sc), _matched_line(sc), f"  {h.alone.context()}"]
+
+def _mine(sc: Scorecard) -> list[Score]:
+    "The figures the gap is said for: the headline, and the model alone when it is not the headline."
+    return [sc.headline()] + ([sc.held.alone] if sc.headline() is not sc.held.alone else [])
 
 def _gap_line(sc: Scorecard) -> str:
     "The strongest compressor on the held-out bytes, and by how much the headline and the model alone beat or trail it."
@@ -117,25 +121,49 @@ def _gap_line(sc: Scorecard) -> str:
     name, _, given = sc.gap()
     key = name + (" +train" if given else "")
     how = "given the same training text first" if given else "alone (none has a figure given the training text)"
-    mine = [sc.headline()] + ([sc.held.alone] if sc.headline() is not sc.held.alone else [])
     said = []
-    for s in mine:
+    for s in _mine(sc):
         d = sc.gap(s)[1]
         said.append(f"{_what(s)}, {'beats' if d < 0 else 'trails'} it by {abs(d):.3f}")
     return (f"  the strongest compressor {how}: {_name(sc.held.base, key)}, {_fig(sc.held.base, key)} bits/byte; "
             + "; ".join(said))
 
+def _matched_line(sc: Scorecard) -> str:
+    "The gap to PAIRED given the training text, file by file as the kit reads each file: its paired standard error."
+    h, key = sc.held, PAIRED + " +train"
+    rival, sizes = h.base.per_file.get(key), [n for _, _, n in h.alone.sample.units]
+    if rival is None or len(rival) != len(sizes):
+        return (f"  matched per file: no per-file figure of {PAIRED} given the training text for these bytes "
+                "(`dormouse baselines --per-file` computes it: a pass over the training text per file)")
+    said = []
+    for s in _mine(sc):
+        d = [a - b for a, b in zip(s.unit_bits, rival)]
+        gap, ahead = math.fsum(d) / sum(sizes), sum(x < 0 for x in d)
+        said.append(f"{_what(s)}, {'beats' if gap < 0 else 'trails'} it by {abs(gap):.3f} (paired standard error "
+                    f"across files {ratio_se(d, sizes, math.inf):.3f}; ahead on {ahead} of {len(d)} files)")
+    return (f"  matched per file (each file after the training text alone, as the kit reads it): {_name(h.base, key)}"
+            f" {math.fsum(rival) / sum(sizes):.3f} bits/byte ({h.base.origin[key + ' per file']}); " + "; ".join(said))
+
+def _missing(base: Baselines) -> str:
+    "The compressor figures these bytes have none of, and why, in the report's words."
+    why = {}
+    for key, w in base.missing.items():
+        why.setdefault(w, []).append(_name(base, key))
+    return "; ".join(f"no figure of {', '.join(names)}: {w}" for w, names in why.items())
+
 def _ranked_line(lead: str, row: SampleScore) -> str:
-    "A sample's every figure on one line, best first."
-    return f"  {lead}, in bits/byte, best first: " + "; ".join(f"{b:.3f} {what}" for b, what in row.ranked())
+    "A sample's every figure on one line, best first, then the compressor figures it has none of."
+    return (f"  {lead}, in bits/byte, best first: " + "; ".join(f"{b:.3f} {what}" for b, what in row.ranked())
+            + (f" — {_missing(row.base)}" if row.base.missing else ""))
 
 def report_lines(sc: Scorecard) -> list[str]:
     "The scorecard as `dormouse train` prints it: the figure, the gap to the strongest compressor, then the rest."
     h = sc.held
     out = _lead_lines(sc)
-    out.append(f"  every figure on these bytes, in bits/byte, best first (given the training text: its "
-               f"{h.base.prefix_bytes:,} bytes read first; the model learned from them):")
-    out += [f"    {b:.3f}  {what}" for b, what in h.ranked()]
+    out.append(f"  every figure on these bytes, in bits/byte, best first (a compressor reads them as one stream, each "
+               f"file after the files before it; given the training text, after its {h.base.prefix_bytes:,} bytes, "
+               "which the model learned from):")
+    out += [f"    {b:.3f}  {what}" for b, what in h.ranked()] + ([f"  {_missing(h.base)}"] if h.base.missing else [])
     on, rest = sc.shared_bpb
     out.append(f"  {sc.shared:.1%} of these bytes lie in {SHARED_BYTES}-byte strings the training text also holds"
                + ("" if on is None else f": the model alone scores {on:.3f} bits/byte on them")
@@ -148,9 +176,6 @@ def report_lines(sc: Scorecard) -> list[str]:
     if sc.inloop is not None:
         out.append(f"  the in-loop eval, {sc.inloop_windows} cold {h.alone.window}-byte windows (no context before "
                    f"each): {sc.inloop:.3f} bits/byte")
-    rows = (h, sc.without_near, sc.outside)
-    out += [f"  missing figures: {why}" for why in sorted({w for r in rows if r is not None
-                                                            for w in r.base.missing.values()})]
     return out
 
 # %% ../nbs/20_scorecard.ipynb #sc000010

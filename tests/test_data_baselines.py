@@ -127,7 +127,8 @@ def test_the_baselines_command_computes_what_the_report_then_reads_from_the_cach
 
     _, cfg, text = run
     monkeypatch.setenv("DORMOUSE_CACHE", str(tmp_path / "cache"))
-    assert main(["baselines", "--config", str(cfg), "--quiet"]) == 0
+    per_file = ["--per-file"] if shutil.which("zpaq") else []  # the held-out files, each after the training text
+    assert main(["baselines", "--config", str(cfg), "--quiet", *per_file]) == 0
     out = capsys.readouterr().out
     corpus = load_corpus(text, 0.05, 32)
     base = compressor_baselines(corpus)  # the held-out stream, read back: the command's figures, now in the cache
@@ -142,3 +143,9 @@ def test_the_baselines_command_computes_what_the_report_then_reads_from_the_cach
     v = base.ppmd_order["PPMd"]  # PPMd's best variant and order, named in the ranked table
     assert f"    {base.bits['PPMd']:.3f}  PPMd variant {v[0]} order {v[1:]} alone (cache)" in report, report
     assert "not computed for these bytes yet" not in report
+    if per_file:  # the gap file by file, from the figures the command cached
+        each = base.per_file["zpaq -m5 +train"]
+        rival = f"zpaq -m5 given the training text {sum(each) / base.nbytes:.3f} bits/byte (cache)"
+        assert f"each of {len(each)} files after it alone: {sum(each) / base.nbytes:.4f} bits/byte (now)" in out
+        assert f"  matched per file (each file after the training text alone, as the kit reads it): {rival}; " in report
+        assert "paired standard error across files" in report
