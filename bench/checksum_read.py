@@ -18,7 +18,7 @@ The results go to bench/results/checksum_read.json (and are printed).
   python bench/checksum_read.py --reps 9 --dir /var/tmp
 """
 
-import argparse, datetime, hashlib, json, os, platform, sys, tempfile, time, zlib
+import argparse, datetime, hashlib, json, os, sys, tempfile, time, zlib
 from pathlib import Path
 
 import numpy as np
@@ -33,19 +33,11 @@ except ImportError:  # optional: measured only when installed
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dormouse.stcodec import _data_buffer  # noqa: E402
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 RESULT = ROOT / "bench" / "results" / "checksum_read.json"
 SUM_BYTES = 64 << 20  # the checksummed buffer
 READ_BYTES = 100_000_000  # the file read from the page cache
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def best_seconds(fn, reps: int) -> float:

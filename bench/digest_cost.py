@@ -23,7 +23,7 @@ bench/results/digest_cost.json (`--out` elsewhere).
   python bench/digest_cost.py --big 21 --threads 1
 """
 
-import argparse, datetime, hashlib, json, os, platform, statistics, sys, time
+import argparse, datetime, hashlib, json, os, statistics, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +36,9 @@ from dormouse.digest import _M1, _M2, _M3, _ROW_KEY, row_hashes  # noqa: E402
 from dormouse.ngram import NgramTables  # noqa: E402
 from dormouse.rng import splitmix64  # noqa: E402
 from dormouse.tables_file import tensor_chunks  # noqa: E402
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 RESULT = ROOT / "bench" / "results" / "digest_cost.json"
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def timed(fn):

@@ -15,22 +15,14 @@ A speed measurement: run it ALONE on a quiet machine; the load average is record
   python bench/mkl_modes.py --modes AUTO,STRICT:AVX2,STRICT --rounds 3
 """
 
-import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
+import argparse, datetime, json, os, statistics, subprocess, sys, time
 from pathlib import Path
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "mkl_modes.json"
 DEFAULT = "default"  # MKL's own default mode: MKL_CBWR unset
 MODES = [DEFAULT, "AUTO,STRICT", "AVX2,STRICT", "COMPATIBLE,STRICT"]
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def child(a) -> int:

@@ -27,24 +27,16 @@ the date, the machine and the load average (`--out` elsewhere).
 Usage: .venv/bin/python bench/ngram_slots.py [--data corpus|random] [--small 16] [--big 22] [--repeats 400] ...
 """
 
-import argparse, datetime, json, os, platform, statistics, sys, time
+import argparse, datetime, json, os, statistics, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_normal, keyed_randint
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 STREAM_BENCH = 101  # keyed stream for the benchmark's bytes and projection (not a training stream)
 RESULT = Path(__file__).resolve().parent / "results" / "ngram_slots.json"
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def main(argv=None):

@@ -14,23 +14,15 @@ measurement says nothing about the default. The load average is recorded with th
   python bench/thread_speed.py --rounds 6 --steps 20
 """
 
-import argparse, datetime, json, os, platform, statistics, sys, time
+import argparse, datetime, json, os, statistics, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dormouse.numerics import mkl_mode, thread_invariant_mode  # noqa: E402
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 RESULT = ROOT / "bench" / "results" / "thread_speed.json"
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ A speed measurement: run it on a quiet machine; the load average is recorded wit
   python bench/write_behind.py --rounds 5 --pause 5 --dir /var/tmp
 """
 
-import argparse, datetime, json, os, platform, statistics, sys, tempfile, time
+import argparse, datetime, json, os, statistics, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +27,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dormouse.fsio import WRITE_BEHIND, WriteBehind  # noqa: E402
+from _results import machine  # noqa: E402  (bench/_results.py: where a result ran)
 
 RESULT = ROOT / "bench" / "results" / "write_behind.json"
 FILE_BYTES = 117_000_000  # a default checkpoint's tables file, about
 SLICE = 1 << 20
-
-
-def machine() -> str:
-    "The CPU's model name, the architecture and the core count."
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def write(path: Path, data: memoryview, behind: bool) -> tuple:
