@@ -292,7 +292,7 @@ def file_bits(corpus: Corpus,  # the run's corpus: its training split is the tex
     pp = _entry_path("prefix", spec[:3])
     pre = _read_entry(pp).get("bits", {})
     todo = [i for i, f in enumerate(full) if f is None]
-    if todo and (not compute or not shutil.which("zpaq")):
+    if (todo or PAIRED not in pre) and (not compute or not shutil.which("zpaq")):
         return None
     prefix, stop = (corpus.data, 0, corpus.n_train), threading.Event()
     with (tqdm(total=len(todo) * corpus.n_train + sum(len(units[i]) for i in todo), unit="B", unit_scale=True,
