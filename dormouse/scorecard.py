@@ -288,5 +288,8 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
         return final_score(model, tables, corpus, cfg, inloop, adapt=adapt, mix=mix, progress=progress), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"
+    except MemoryError:  # past what the memory check foresaw (e.g. an address-space limit): the run is still whole
+        return None, (f"no final score: out of memory; the run is complete (checkpoint {ckpt}). To score, lower "
+                      "DORMOUSE_SCORE_BYTES, set DORMOUSE_SCORE_MIX=0, or free memory")
     except (CorpusError, ConfigError, BudgetError, OSError) as e:  # the run is intact: say why there is no score
         return None, f"no final score: {e}"
