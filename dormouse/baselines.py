@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyppmd
 from tqdm.auto import tqdm
+from .budget import BudgetError, check_memory
 from .data import Corpus, cache_dir, cache_write
 from .heldout import score_sample
 
@@ -18,8 +19,8 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 # %% auto #0
-__all__ = ['COMPRESSORS', 'QUICK', 'PPMD', 'PPMD_MEM', 'BASELINE_FORMAT', 'RECORDED', 'PAIRED', 'RECORDED_FILES', 'zpaq_size',
-           'compressed_size', 'Baselines', 'stream_baselines', 'compressor_baselines', 'file_bits']
+__all__ = ['COMPRESSORS', 'QUICK', 'PPMD', 'PPMD_MEM', 'BASELINE_FORMAT', 'JOB_MEMORY', 'RECORDED', 'PAIRED', 'RECORDED_FILES',
+           'zpaq_size', 'compressed_size', 'Baselines', 'stream_baselines', 'compressor_baselines', 'file_bits']
 
 # %% ../nbs/17_baselines.ipynb #0e5c60b2
 COMPRESSORS = ("zpaq -m5", "PPMd", "xz -9e", "bz2 -9", "zlib -9")  # strongest first: the order they are shown in
@@ -28,6 +29,7 @@ PPMD = ("H32", "H64", "I16")  # PPMd's figure is its best of these: variant H at
 PPMD_MEM = (2 << 30) - (1 << 20)  # bytes of PPMd's model: the most pyppmd takes, so the training text fits in it
 BASELINE_FORMAT = 5  # version of a cached entry (5: PPMd's model of PPMD_MEM, 2 GiB; 4 held 1 GiB and restarted)
 _ONE_PPMD = threading.Semaphore(1)  # one PPMd model at a time (each may fill PPMD_MEM), zpaq and the rest beside it
+JOB_MEMORY = {"PPMd": PPMD_MEM, "xz -9e": 674 << 20, "bz2 -9": 8 << 20, "zlib -9": 1 << 20}  # bytes each takes here
 
 def _codec(name: str) -> tuple:
     "(feed, flush) of a streaming compressor: zlib, bz2, xz, or PPMd variant v of order k (`PPMd H32`, `PPMd I16`)."
@@ -92,13 +94,15 @@ def compressed_size(name: str,  # a compressor of `COMPRESSORS` ("PPMd H32": PPM
                     chunk: int = 1 << 20,  # bytes fed per call
                     stop=None,  # a threading.Event: set, KeyboardInterrupt is raised between chunks
                    ) -> int:
-    "Bytes of the concatenation of `parts` compressed by `name`, fed in chunks: no joined copy, Ctrl-C between chunks."
+    "Bytes of `parts` compressed as one stream by `name`, fed in chunks; a `BudgetError` where its memory is not free."
     if name == "zpaq -m5":
         n = zpaq_size(*parts, stop=stop)
         if bar is not None:
             bar.update(sum(_size(p) for p in parts))
         return n
     with _ONE_PPMD if name.startswith("PPMd") else contextlib.nullcontext():
+        check_memory(JOB_MEMORY.get(name[:4] if name.startswith("PPMd") else name, 0), f"the buffers of {name}",
+                     "compute this figure where more memory is free (dormouse baselines)")
         (feed, flush), n = _codec(name), 0
         for raw in parts:
             for piece in _chunks(raw, chunk):
@@ -175,7 +179,7 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
     entry, pre = _read_entry(p), _read_entry(pp).get("bits", {})
     raw = entry.get("bits", {})  # sizes by job: "xz -9e", "PPMd I16 +train", ...
     prefix = (corpus.data, 0, corpus.n_train)  # the training text, read a chunk at a time
-    jobs = _jobs(stream, prefix, raw, pre, thorough, alone)
+    jobs, sizes, failed = _jobs(stream, prefix, raw, pre, thorough, alone), {}, {}
     if jobs:
         show = sys.stderr.isatty() if progress is None else bool(progress)
         stop = threading.Event()
@@ -184,7 +188,11 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
               ThreadPoolExecutor(2 if thorough else 1) as pool):
             futs = [(fig, pool.submit(compressed_size, n, *parts, bar=bar, stop=stop)) for fig, n, parts in jobs]
             try:
-                sizes = {fig: f.result() for fig, f in futs}
+                for fig, f in futs:
+                    try:
+                        sizes[fig] = f.result()
+                    except (BudgetError, MemoryError, OSError) as e:  # this figure is missing, saying why; not the rest
+                        failed[fig] = f"not computed: {str(e) or 'out of memory'}"
             except BaseException:
                 stop.set()  # the other jobs stop at their next chunk
                 raise
@@ -193,7 +201,7 @@ def stream_baselines(corpus: Corpus,  # the run's corpus: its training split is 
         if any(fig.endswith(" prefix") for fig in sizes):
             _write_entry(pp, {"bits": pre}, log)
         _write_entry(p, {"bits": raw, "nbytes": len(stream)}, log)
-    return _figures(corpus, stream, sha, raw, pre, origin="now" if jobs else "cache", new={j[0] for j in jobs})
+    return _figures(corpus, stream, sha, raw, pre, new=set(sizes), failed=failed)
 
 # %% ../nbs/17_baselines.ipynb #5c1e0a02
 RECORDED = {  # {"corpus sha256[:16]/stream sha256[:16]": {"bits": {figure: bits/byte}, "ppmd_order": {...}}}
@@ -218,7 +226,7 @@ RECORDED = {  # {"corpus sha256[:16]/stream sha256[:16]": {"bits": {figure: bits
 }
 
 # %% ../nbs/17_baselines.ipynb #9174e986
-def _figures(corpus: Corpus, stream: bytes, sha: str, raw: dict, pre: dict, origin: str, new: set) -> Baselines:
+def _figures(corpus: Corpus, stream: bytes, sha: str, raw: dict, pre: dict, new: set, failed: dict) -> Baselines:
     "Sizes to bits/byte; PPMd's best variant and order; recorded figures where none was computed; why one is missing."
     n, bits, where, order = max(1, len(stream)), {}, {}, {}
     for fig, size in raw.items():
@@ -237,7 +245,10 @@ def _figures(corpus: Corpus, stream: bytes, sha: str, raw: dict, pre: dict, orig
             bits[key], where[key] = b, "recorded"
             if key.startswith("PPMd"):
                 order[key] = rec["ppmd_order"][key]
-    missing = {}
+    missing, why = {}, {}
+    for fig, reason in failed.items():  # a job that could not run: its figure says why (PPMd: its first)
+        key = ("PPMd" if fig.startswith("PPMd ") else fig.removesuffix(" +train").removesuffix(" prefix"))
+        why.setdefault(key + (" +train" if fig.endswith((" +train", " prefix")) else ""), reason)
     for name in COMPRESSORS:
         for key in (name, name + " +train"):
             if key in bits:
@@ -245,7 +256,8 @@ def _figures(corpus: Corpus, stream: bytes, sha: str, raw: dict, pre: dict, orig
             if name == "zpaq -m5" and not shutil.which("zpaq"):
                 missing[key] = "zpaq is not installed (Debian/Ubuntu: apt-get install zpaq)"
             else:
-                missing[key] = "not computed for these bytes yet (dormouse baselines computes it, once per corpus)"
+                later = "not computed for these bytes yet (dormouse baselines computes it, once per corpus)"
+                missing[key] = why.get(key, later)
     return Baselines(sha, len(stream), corpus.n_train, bits, where, missing, order)
 
 def compressor_baselines(corpus: Corpus,  # the run's corpus

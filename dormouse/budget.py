@@ -8,7 +8,7 @@ import ctypes, os, platform, re, resource, shutil
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BudgetError', 'size_text', 'parse_size', 'memory_room', 'check_memory', 'check_disk', 'give_back']
+__all__ = ['BudgetError', 'size_text', 'parse_size', 'memory_room', 'check_memory', 'check_disk', 'give_back', 'out_of_memory']
 
 # %% ../nbs/07_budget.ipynb #bud00007
 class BudgetError(RuntimeError):
@@ -91,3 +91,10 @@ def give_back() -> bool:
     if platform.libc_ver()[0] != "glibc":
         return False
     return bool(ctypes.CDLL(None).malloc_trim(0))
+
+# %% ../nbs/07_budget.ipynb #bud00021
+def out_of_memory(e: BaseException) -> bool:
+    "Whether `e` says a job ran out of memory: a MemoryError, or torch's allocator failing (a RuntimeError)."
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(e, RuntimeError) and any(s in str(e) for s in ("can't allocate memory", "bad_alloc"))

@@ -11,7 +11,7 @@ from .validate import validate
 from .container import CheckpointError
 from .report import describe
 from .commit import CommitError
-from .budget import BudgetError
+from .budget import BudgetError, out_of_memory
 from .data import CorpusError, corpus_for
 from .dist import PeerLostError, dist_from_env
 from .infer import generate, load_model_weights
@@ -207,7 +207,7 @@ def exit_code(e: BaseException) -> int | None:
         return 141  # 128 + SIGPIPE: the reader went away
     if isinstance(e, USAGE_ERRORS):
         return 2
-    if isinstance(e, RUN_ERRORS):
+    if isinstance(e, RUN_ERRORS) or out_of_memory(e):  # torch's allocator says so with a RuntimeError
         return 1
     return None
 
@@ -220,7 +220,7 @@ def one_line(e: BaseException) -> str:
         text += f" ({_OS_HINTS[e.errno]})" if e.errno in _OS_HINTS else ""
     elif isinstance(e, UnicodeError):
         text = f"not UTF-8 text: {e}"
-    elif isinstance(e, MemoryError):  # a job the budget did not foresee: one line, not numpy's traceback
+    elif out_of_memory(e):  # a job the budget did not foresee: one line, not numpy's or torch's traceback
         text = (f"out of memory ({type(e).__name__}{': ' + str(e)[:120] if str(e) else ''}): free memory, or set "
                 "DORMOUSE_MEMORY to what the kit may take so that a job that needs more is refused before it starts")
     else:

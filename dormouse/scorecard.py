@@ -12,7 +12,7 @@ from .config import ConfigError, TrainCfg
 from .data import Corpus, CorpusError
 from .heldout import (OUTSIDE_BYTES, SHARED_BYTES, near_copies, outside_sample, score_bytes, score_sample,
                               shared_bytes)
-from .budget import BudgetError, check_memory, give_back
+from .budget import BudgetError, check_memory, give_back, out_of_memory
 from .mix import MIX, Mix, count_bytes, count_model, mixed_bits
 from .score import ADAPT, Adapt, Score, adaptive_bits, byte_bits, codes_for, make_score, ratio_se
 
@@ -288,8 +288,10 @@ def run_scorecard(model, tables, corpus: Corpus, cfg: TrainCfg,
         return final_score(model, tables, corpus, cfg, inloop, adapt=adapt, mix=mix, progress=progress), ""
     except KeyboardInterrupt:
         return None, f"final score interrupted; the run is complete (checkpoint {ckpt})"
-    except MemoryError:  # past what the memory check foresaw (e.g. an address-space limit): the run is still whole
-        return None, (f"no final score: out of memory; the run is complete (checkpoint {ckpt}). To score, lower "
-                      "DORMOUSE_SCORE_BYTES, set DORMOUSE_SCORE_MIX=0, or free memory")
     except (CorpusError, ConfigError, BudgetError, OSError) as e:  # the run is intact: say why there is no score
         return None, f"no final score: {e}"
+    except (MemoryError, RuntimeError) as e:  # past what the memory check foresaw: the run is still whole
+        if not out_of_memory(e):
+            raise
+        return None, (f"no final score: out of memory; the run is complete (checkpoint {ckpt}). To score, lower "
+                      "DORMOUSE_SCORE_BYTES, set DORMOUSE_SCORE_MIX=0, or free memory")

@@ -1447,6 +1447,31 @@ MUTANTS = [
         ["tests/test_corpus_scale.py::test_a_request_that_cannot_fit_is_refused_in_one_line_and_leaves_nothing"],
     ),
     Mutant(
+        "compressor_started_without_its_memory_check",
+        "PPMd's 2 GiB model is allocated without asking: under a memory limit the final score dies in a MemoryError",
+        [edit("baselines.py", "        check_memory(JOB_MEMORY.get(", "        (JOB_MEMORY.get(")],
+        ["nbs/17_baselines.ipynb"],
+    ),
+    Mutant(
+        "a_baseline_that_cannot_run_loses_the_report",
+        "a compressor refused for memory raises out of the report instead of leaving its figure missing with why",
+        [edit("baselines.py", "except (BudgetError, MemoryError, OSError) as e:  # this figure is missing",
+              "except OSError as e:  # this figure is missing")],
+        ["nbs/17_baselines.ipynb"],
+    ),
+    Mutant(
+        "count_model_estimate_leaves_out_its_pairs",
+        "the count model's memory check forgets the pairs it holds: it passes a job that then runs out",
+        [edit("mix.py", "+ pairs + tables + 96 * MIX_CHUNK", "+ tables + 96 * MIX_CHUNK")],
+        ["tests/test_corpus_scale.py::test_the_count_model_fits_in_the_memory_its_check_asks_for"],
+    ),
+    Mutant(
+        "torch_out_of_memory_is_a_bug",
+        "torch's allocator failing (a RuntimeError) is not read as out of memory: a raw traceback, a lost score",
+        [edit("budget.py", "return isinstance(e, RuntimeError) and any(", "return False and any(")],
+        ["nbs/07_budget.ipynb", "nbs/20_scorecard.ipynb"],
+    ),
+    Mutant(
         "near_copies_kept",
         "the figure 'without near-copies' keeps them: it is the held-out figure again",
         [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
