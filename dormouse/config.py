@@ -51,12 +51,12 @@ class TrainCfg:
     seq_len: int = 128  # bytes per sequence
     batch: int = 16  # sequences per step (global, whatever the world size)
     micro_batch: int = 0  # sequences per microbatch, the unit every sum runs over in one order (0: the whole batch)
-    steps: int = 900  # total steps of the run (progress: extending a run is a resume)
+    steps: int = 1000  # total steps of the run (progress: extending a run is a resume)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the decay
     warmup: int = 50  # linear LR warm-up steps
-    decay_start: int = 135  # step at which cosine decay begins (never derived from `steps`)
-    decay_steps: int = 765  # length of the cosine decay; LR stays at `min_lr` after it
+    decay_start: int = 150  # step at which cosine decay begins (never derived from `steps`)
+    decay_steps: int = 850  # length of the cosine decay; LR stays at `min_lr` after it
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     beta1: float = 0.9  # AdamW first-moment decay
     beta2: float = 0.95  # AdamW second-moment decay
@@ -67,7 +67,7 @@ class TrainCfg:
     ckpt_every: int = 600  # steps between checkpoints (progress); Ctrl-C and SIGTERM checkpoint at once
     keep_ckpts: int = 3  # how many checkpoints rotation keeps (progress)
     eval: bool = True  # run held-out eval at `eval_every` (progress)
-    eval_every: int = 450  # steps between evals (progress)
+    eval_every: int = 500  # steps between evals (progress)
     eval_batches: int = 16  # held-out batches per eval (x batch sequences: the eval sample)
     eval_depths: list[int] = field(default_factory=lambda: [1, 2, 4])  # core depths evaluated
     rand_depth: bool = False  # draw each step's core depth in [depth_min, depth_max] from (seed, step)
