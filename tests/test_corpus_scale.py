@@ -44,7 +44,7 @@ def _entries(cache: Path) -> list[str]:
 
 def test_a_64mb_corpus_prepares_trains_and_scores_under_a_2gib_cap(tmp_path):
     data = _corpus(tmp_path / "big.bin", 64 << 20)
-    env = dict(os.environ, DORMOUSE_CACHE=str(tmp_path / "cache"), DORMOUSE_SCORE_BYTES=str(1 << 20))
+    env = dict(os.environ, DORMOUSE_CACHE=str(tmp_path / "cache"), DORMOUSE_SCORE_BYTES=str(64 << 10))
     proc = _cli(["train", "--data", data, "--run-dir", tmp_path / "run", "--steps", "3", "--quiet"], env,
                 preexec_fn=_capped)
     assert "MemoryError" not in proc.stderr and "out of memory" not in proc.stderr, proc.stderr[-2000:]
