@@ -102,14 +102,14 @@ from dormouse.data import load_corpus
 from dormouse.heldout import score_sample
 from dormouse.budget import out_of_memory
 from dormouse.mix import MIX, count_bytes, count_model
-c = load_corpus("", 0.05, 128)  # the default corpus, its held-out sample as the score reads it (1 MiB of it)
-units = [bytes(c.data[o:o + n]) for _, o, n in score_sample(c, 1 << 20).units]
-need = count_bytes(c.n_train, sum(map(len, units)), MIX.orders)
+c = load_corpus("", 0.05, 128)  # the default corpus: 8 MiB of its training text, 256 KiB of its held-out sample
+text, units = 8 << 20, [bytes(c.data[o:o + n]) for _, o, n in score_sample(c, 256 << 10).units]
+need = count_bytes(text, sum(map(len, units)), MIX.orders)  # the pairs' budget is most of it: the text fills it
 size = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read())[1]) << 10
 room = int(sys.argv[1]) if sys.argv[1] != "need" else need  # what the check allows beyond what is held now
 resource.setrlimit(resource.RLIMIT_AS, (size + room, size + room))
 try:
-    count_model(c.data, units, MIX, c.n_train)
+    count_model(c.data, units, MIX, text)
 except (MemoryError, RuntimeError) as e:  # numpy's MemoryError, or torch's allocator's RuntimeError
     if not out_of_memory(e):
         raise
@@ -121,10 +121,10 @@ print("counted", need)
 
 def test_the_count_model_fits_in_the_memory_its_check_asks_for():
     "`count_bytes` bounds what the count model takes: capped at exactly that much address space beyond what the "
-    "process holds (as `check_memory` counts it under ulimit -v), it counts the default corpus's training text."
+    "process holds (as `check_memory` counts it under ulimit -v), it counts a slice of the default corpus."
     run = lambda room: subprocess.run([sys.executable, "-c", _COUNTS_UNDER_CAP, room], capture_output=True, text=True,
                                       timeout=600)
     fits = run("need")
     assert fits.returncode == 0 and fits.stdout.startswith("counted"), fits.stderr[-2000:] + fits.stdout
-    short = run(str(256 << 20))  # the cap bites: with 256 MiB of room the same count model runs out
+    short = run(str(192 << 20))  # the cap bites: with 192 MiB of room the same count model runs out
     assert short.returncode == 3 and short.stdout.startswith("out of memory"), short.stderr[-2000:] + short.stdout
