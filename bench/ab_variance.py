@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What pairing buys: the seed-to-seed spread of the default plan's final score, an A/A, and two real A/Bs, with the
 95% intervals paired and unpaired (`dormouse.ab`), written to bench/results/ab_variance.json and drawn to
-bench/results/ab_variance_<small|large>.png (each A/B's bands), which the A/B chapter (nbs/48_ab.ipynb) reads.
+bench/results/ab_variance_<small|large>.png (each A/B's bands), which the A/B chapter (nbs/52_ab.ipynb) reads.
 
 The plan is the default one (`TrainCfg()`) stopped early, at --steps steps (the learning-rate schedule is a function
 of the step and the strict keys only, so these are the first steps of a default run), with the in-loop eval off

@@ -14,10 +14,11 @@ import torch
 
 from dormouse.checkpoints import find_latest, list_ckpts, load_run_ckpt, save_run_ckpt
 from dormouse.report import describe
-from dormouse.container import CheckpointError, RunState, FLAG_FP32_LATCH, load_ckpt, save_ckpt
+from dormouse.container import RunState, load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError, FLAG_FP32_LATCH
 from dormouse.testing import write_v1, write_v2
 from dormouse.numerics import numeric_env
-from dormouse.container import ENTRY, HEADER, HEADER_LEN, SECTIONS
+from dormouse.container_format import ENTRY, HEADER, HEADER_LEN, SECTIONS
 from dormouse.ngram import NgramTables
 from dormouse.tables_file import read_tables_file_header, save_tables_file
 from dormouse.rng import keyed_normal, keyed_randint, keyed_uniform

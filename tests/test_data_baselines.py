@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import dormouse.baselines as baselines_mod
-import dormouse.data as data_mod
+import dormouse.corpus_cache as cache_mod
 from dormouse.cli import main
 from dormouse.baselines import QUICK, compressor_baselines
 from dormouse.data import load_corpus
@@ -80,12 +80,12 @@ def test_train_prints_the_score_beside_the_compressors_on_the_same_bytes(run, ca
 def test_an_unwritable_cache_costs_the_cache_not_the_run(run, capsys, monkeypatch, tmp_path):
     _, cfg, _ = run
     monkeypatch.setenv("DORMOUSE_CACHE", "/dev/null/x")  # cannot be a directory
-    monkeypatch.setattr(data_mod, "_STAND_IN", [])  # this process has no stand-in yet: it makes one and says so
+    monkeypatch.setattr(cache_mod, "_STAND_IN", [])  # this process has no stand-in yet: it makes one and says so
     assert main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
     cap = capsys.readouterr()
     assert "the cache /dev/null/x cannot be used (Not a directory): this process prepares its corpus in " in cap.err
     assert "set DORMOUSE_CACHE to a writable directory" in cap.err
-    assert data_mod.cache_dir() == data_mod._STAND_IN[0] and list(Path(data_mod._STAND_IN[0]).glob("match-*.bin"))
+    assert cache_mod.cache_dir() == cache_mod._STAND_IN[0] and list(Path(cache_mod._STAND_IN[0]).glob("match-*.bin"))
     assert "  every figure on these bytes, in bits/byte, best first " in cap.out
     assert RunPaths(tmp_path / "r").checkpoints()
 

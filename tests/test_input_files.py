@@ -17,7 +17,8 @@ import torch
 
 from dormouse.cli import main
 from dormouse.config import snapshot_toml
-from dormouse.container import ENTRY, HEADER, load_ckpt, read_header, save_ckpt
+from dormouse.container import load_ckpt, read_header, save_ckpt
+from dormouse.container_format import ENTRY, HEADER
 from dormouse.stcodec import Checksum
 from dormouse.testing import tiny_cfg
 from dormouse.train import fit

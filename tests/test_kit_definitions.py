@@ -1,5 +1,5 @@
 """The kit is part of the environment (issue 22 item 5): each definition a comparison of runs relies on is pinned here
-at its version number in `numerics.DEFINITIONS`. A change to a definition without a bump fails below, saying which
+at its version number in `kit.DEFINITIONS`. A change to a definition without a bump fails below, saying which
 number to bump: a checkpoint records the numbers, and a resume across a bump is refused as incomparable rather than
 compared under two meanings. Each value is computed from exact inputs (no float arithmetic that a CPU could round
 differently), so it holds on any machine."""
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from dormouse.data import corpus_codes, load_corpus
-from dormouse.numerics import DEFINITIONS, env_diff, numeric_env
+from dormouse.kit import DEFINITIONS
+from dormouse.numerics import env_diff, numeric_env
 from dormouse.parts import build_parts, state_fingerprint
 from dormouse.testing import tiny_cfg
 
@@ -88,7 +89,7 @@ def test_each_definition_is_pinned_at_its_version(name, corpus, coded):
     assert version in known, f"{name} v{version} has no pinned value here: add {{{version}: {now!r}}} to GOLDEN"
     assert now == known[version], (
         f"the definition behind {name} changed (it gives {now}, v{version} gave {known[version]}) but "
-        f"numerics.DEFINITIONS[{name!r}] is still {version}: bump it in nbs/11_numerics.ipynb, and pin the new value "
+        f"kit.DEFINITIONS[{name!r}] is still {version}: bump it in nbs/12_kit.ipynb, and pin the new value "
         "here, so a resume across the change is refused instead of comparing two meanings")
 
 

@@ -90,7 +90,7 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path):
 
 
 def test_a_run_refused_before_writing_leaves_no_lock_and_no_directory(tmp_path):
-    from dormouse.data import CorpusError
+    from dormouse.corpus_cache import CorpusError
 
     bad = tiny_cfg(data=str(tmp_path / "no-such-corpus"))
     with pytest.raises(CorpusError):

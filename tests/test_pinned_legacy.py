@@ -7,7 +7,8 @@ import dataclasses, shutil
 import pytest
 
 from dormouse.checkpoints import load_run_ckpt
-from dormouse.container import CheckpointError, load_ckpt
+from dormouse.container import load_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.testing import write_v1, write_v2
 from dormouse.tables_file import load_tables_file, save_tables_file
 from dormouse.rundir import RunPaths, read_jsonl

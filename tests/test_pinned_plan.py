@@ -9,7 +9,8 @@ from dormouse.checkpoints import load_run_ckpt, plan_sha256
 from dormouse.tables_file import save_tables_file
 from dormouse.cli import main
 from dormouse.config import DriftError, cfg_from_dict, read_snapshot
-from dormouse.container import CheckpointError, load_ckpt, save_ckpt
+from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.infer import generate, load_model_weights
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, stopped_at, tiny_cfg

@@ -191,8 +191,8 @@ def test_every_chapter_ends_with_the_tests_that_guard_it():
     assert tool_.stale() == [], "run `python tools/chapter_tests.py --write`"
     found = tool_.guards()
     assert {"tests/test_prose.py", "tests/test_decisions.py"} <= set(found["01_decisions.ipynb"])  # they read it
-    assert "tests/test_background_ckpt.py" in found["27_commit.ipynb"]  # it imports dormouse.commit
-    assert "nbs/29_view.ipynb" in found["28_rundir.ipynb"]  # a mutant of rundir.py is killed there
+    assert "tests/test_background_ckpt.py" in found["30_commit.ipynb"]  # it imports dormouse.commit
+    assert "nbs/32_view.ipynb" in found["31_rundir.ipynb"]  # a mutant of rundir.py is killed there
     line = tool_.line("x.ipynb", ["tests/test_a.py", "nbs/y.ipynb"])
     assert "`tests/test_a.py`" in line and "`nbs/y.ipynb`" in line and line != tool_.line("x.ipynb", [])
 
@@ -245,11 +245,12 @@ MEASURED = re.compile(r"(?<![\w.^-])\d[\d,]*(?:\.\d+)?(?:\s*[–-]\s*\d[\d.]*)?\
 DEFINED = {  # (where, phrase): figures the prose states that no bench measures: a definition, a constant, arithmetic
     ("nbs/02_fsio.ipynb", "30 seconds"),  # the FIFO watchdog's wait, a constant of the code beside it
     ("nbs/03_config.ipynb", "5 minutes"),  # the default run's target length
-    ("nbs/12_quant.ipynb", "50x"),  # the outlier the example constructs
-    ("nbs/13_digest.ipynb", "3%"),  # 8 bytes against 4 * 64: arithmetic
-    ("nbs/16_stress.ipynb", "99.9%"),  # the definition of the p99.9 norm
-    ("nbs/19_mix.ipynb", "10%"), ("nbs/19_mix.ipynb", "5%"),  # the dev and test corpora's held-out fractions
-    ("nbs/48_ab.ipynb", "95%"), ("nbs/index.ipynb", "95%"), ("README.md", "95%"),  # the interval's level
+    ("nbs/14_quant.ipynb", "50x"),  # the outlier the example constructs
+    ("nbs/15_digest.ipynb", "3%"),  # 8 bytes against 4 * 64: arithmetic
+    ("nbs/18_stress.ipynb", "99.9%"),  # the definition of the p99.9 norm
+    ("nbs/21_mix.ipynb", "10%"), ("nbs/21_mix.ipynb", "5%"),  # the dev and test corpora's held-out fractions
+    ("nbs/51_ab_stats.ipynb", "95%"), ("nbs/52_ab.ipynb", "95%"),  # the interval's level
+    ("nbs/index.ipynb", "95%"), ("README.md", "95%"),  # the same
 }
 
 

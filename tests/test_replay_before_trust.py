@@ -14,7 +14,8 @@ from dormouse.config import ConfigError
 from dormouse.container import load_ckpt
 from dormouse.evidence import seal
 from dormouse.checkpoints import save_run_ckpt
-from dormouse.numerics import EnvDriftError, kit_code, numeric_env
+from dormouse.kit import kit_code
+from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.precompute import precompute_jepa_targets
 from dormouse.rundir import RunPaths, read_jsonl, read_lineage

@@ -8,7 +8,7 @@ import pytest
 
 from dormouse.cli import main
 from dormouse.config import ConfigError, DriftError, cfg_from_dict, cfg_to_dict, check_drift, diff_keys, read_snapshot
-from dormouse.data import build_dir_corpus
+from dormouse.corpus_cache import build_dir_corpus
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg
 from dormouse.train import fit

@@ -5,7 +5,8 @@ import signal, subprocess, sys, time
 
 import pytest
 
-from dormouse.container import CheckpointError, load_ckpt, save_ckpt
+from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.testing import write_v1, write_v2
 from dormouse.numerics import EnvDriftError
 from dormouse.rundir import RunPaths, read_jsonl

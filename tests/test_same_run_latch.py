@@ -6,7 +6,8 @@ import dataclasses, shutil
 import pytest
 import torch
 
-from dormouse.container import CheckpointError, load_ckpt, save_ckpt
+from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.parts import build_parts, restore, to_run_state
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import assert_same_run, tiny_cfg

@@ -6,7 +6,8 @@ import dataclasses, shutil
 
 import pytest
 
-from dormouse.container import CheckpointError, load_ckpt, save_ckpt
+from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.testing import write_v1, write_v2
 from dormouse.rundir import RunPaths, read_jsonl
 from dormouse.testing import tiny_cfg

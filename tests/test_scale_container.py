@@ -7,18 +7,8 @@ import struct, zlib
 import pytest
 import torch
 
-from dormouse.container import (
-    ENTRY,
-    HEADER,
-    HEADER_LEN,
-    SECTIONS,
-    WRITE_CHECKSUM,
-    CheckpointError,
-    load_ckpt,
-    read_header,
-    save_ckpt,
-    section_checks,
-)
+from dormouse.container import load_ckpt, read_header, save_ckpt, section_checks
+from dormouse.container_format import ENTRY, HEADER, HEADER_LEN, SECTIONS, WRITE_CHECKSUM, CheckpointError
 from dormouse.rng import keyed_randint
 from dormouse.testing import keyed_state
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from dormouse.data import corpus_for, stdlib_root
+from dormouse.corpus_cache import stdlib_root
+from dormouse.data import corpus_for
 from dormouse.heldout import held_units, score_sample
 from dormouse.parts import build_parts, state_fingerprint
 from dormouse.match import MATCH_NONE

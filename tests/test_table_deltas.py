@@ -12,7 +12,7 @@ import torch
 from dormouse.checkpoints import list_ckpts, table_chain
 from dormouse.cli import main
 from dormouse.commit import FULL_EVERY
-from dormouse.container import CheckpointError
+from dormouse.container_format import CheckpointError
 from dormouse.ngram import NgramTables
 from dormouse.rng import keyed_randint
 from dormouse.rundir import RunPaths

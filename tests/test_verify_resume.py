@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dormouse.config import TrainCfg
-from dormouse.container import CheckpointError, load_ckpt, save_ckpt
+from dormouse.container import load_ckpt, save_ckpt
+from dormouse.container_format import CheckpointError
 from dormouse.numerics import EnvDriftError, numeric_env
 from dormouse.parts import build_parts, to_run_state
 from dormouse.checkpoints import save_run_ckpt

@@ -74,21 +74,21 @@ DELTAS = "tests/test_table_deltas.py"
 RANGES = "tests/test_config_ranges.py"  # issue 23: the validation boundary
 FILES = "tests/test_input_files.py"  # issue 23: files opened safely, parsed within bounds, type-checked
 LOCK = "tests/test_lock.py"
-SCORE_NB = "nbs/18_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
-MIX_NB = "nbs/19_mix.ipynb"  # the mix chapter: the counts by hand, a distribution, causal
-DATA_NB = "nbs/09_data.ipynb"  # the data chapter: batches, match codes and their cache
-HELDOUT_NB = "nbs/10_heldout.ipynb"  # the held-out sample chapter
-BASELINES_NB = "nbs/17_baselines.ipynb"  # the baselines chapter: the compressors and their cache
+SCORE_NB = "nbs/20_score.ipynb"  # the score chapter: windows, first bytes, SE, determinism
+MIX_NB = "nbs/21_mix.ipynb"  # the mix chapter: the counts by hand, a distribution, causal
+DATA_NB = "nbs/10_data.ipynb"  # the data chapter: batches, match codes and their cache
+HELDOUT_NB = "nbs/11_heldout.ipynb"  # the held-out sample chapter
+BASELINES_NB = "nbs/19_baselines.ipynb"  # the baselines chapter: the compressors and their cache
 BASELINES = "tests/test_data_baselines.py"
 CAUSAL = "tests/test_score_causality.py"  # the score reads only the past: the real model, real codes, real units
 OUTPUT = "tests/test_progress_output.py"  # issue 25: progress where it lands
 TRACK_VIEWS = "tests/test_track_views.py"  # issue 41: trackers are views
-TRACK_TB_NB = "nbs/31_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
-TRACK_ML_NB = "nbs/32_track_mlflow.ipynb"  # the MLflow tracker across a resume
+TRACK_TB_NB = "nbs/34_track_tensorboard.ipynb"  # the TensorBoard tracker across a resume
+TRACK_ML_NB = "nbs/35_track_mlflow.ipynb"  # the MLflow tracker across a resume
 TRUST = "tests/test_replay_before_trust.py"  # issue 39: replay before trust, code is environment, the curve proven
 PROOF = "tests/test_proof_covers.py"  # issue 55: every column, the whole kit as code, the prefix said
 WORKERS = "tests/test_workers.py"  # issue 40: one process accumulating = 2 and 4 workers (threads), in seconds
-AB_NB = "nbs/48_ab.ipynb"
+AB_NB = "nbs/52_ab.ipynb"
 ELASTIC = "nbs/00_resume_continuity.ipynb"  # torchrun: 2 -> 1 -> 4, each change verified, the same run as 1 process
 PANEL = "tests/test_live_panel.py"
 PROCESS = "tests/test_process_state.py"  # issue 23: what fit does to its process
@@ -289,7 +289,7 @@ MUTANTS = [
     Mutant(
         "checksum_not_verified",
         "a container section whose bytes changed loads as if intact",
-        [edit("container.py", "    if crc is not None and src.crc != crc:\n", "    if False:\n")],
+        [edit("container_format.py", "    if crc is not None and src.crc != crc:\n", "    if False:\n")],
         [f"{FUZZ}::test_v3_two_byte_bursts_in_every_section"],
     ),
     Mutant(
@@ -495,7 +495,7 @@ MUTANTS = [
         "row_hash_xorshift_dropped",
         "the tables' row hash in torch int64 words drifts from its uint64 definition (fingerprints change meaning)",
         [edit("digest.py", "    x32[:, _LO::2] ^= x32[:, 1 - _LO::2]\n", "")],
-        ["nbs/13_digest.ipynb"],
+        ["nbs/15_digest.ipynb"],
     ),
     Mutant(
         "write_behind_never_drops",
@@ -507,7 +507,7 @@ MUTANTS = [
         "digest_dirty_rows_lost",
         "the rows a step touched are not rehashed: the fingerprint misses a change of the tables",
         [edit("digest.py", "    mask[rows] = True\n", "")],
-        ["tests/test_scale_digest.py::test_incremental_equals_full_after_steps", "nbs/13_digest.ipynb"],
+        ["tests/test_scale_digest.py::test_incremental_equals_full_after_steps", "nbs/15_digest.ipynb"],
     ),
     Mutant(
         "delta_base_id_not_checked",
@@ -767,13 +767,13 @@ MUTANTS = [
         "steps_out_of_order_accepted",
         "a metrics file whose steps go back is walked as if in order: compare pairs the wrong rows",
         [edit("rundir.py", '        if row["step"] <= last:', "        if False:")],
-        ["nbs/29_view.ipynb"],
+        ["nbs/32_view.ipynb"],
     ),
     Mutant(
         "compare_a_missing_directory",
         "compare against a directory that does not exist says 'has 0 rows' instead of naming it",
         [edit("view.py", "        if not Path(run).is_dir():", "        if False:")],
-        ["nbs/29_view.ipynb"],
+        ["nbs/32_view.ipynb"],
     ),
     Mutant(
         "keep_ckpts_strict",
@@ -811,7 +811,7 @@ MUTANTS = [
     Mutant(
         "corpus_builds_pile_up",
         "every touch of a directory corpus adds another full cached copy, and none is ever removed",
-        [edit("data.py", "            old.unlink(missing_ok=True)", "            pass")],
+        [edit("corpus_cache.py", "            old.unlink(missing_ok=True)", "            pass")],
         ["tests/test_data_cache.py::test_touching_a_directory_corpus_replaces_its_build"],
     ),
     Mutant(
@@ -957,7 +957,7 @@ MUTANTS = [
         "generation_codes_see_only_the_window",
         "generation codes only the last seq_len bytes: a completion gets other codes than its text would when scored",
         [edit("infer.py", "stream_codes(whole, orders)[-len(ctx):]", "stream_codes(ctx, orders)")],
-        ["nbs/43_infer.ipynb"],
+        ["nbs/46_infer.ipynb"],
     ),
     # issue 41: trackers are views (track, track_tensorboard, track_mlflow)
     Mutant(
@@ -983,7 +983,7 @@ MUTANTS = [
         "failing_tracker_kept_on",
         "a tracker that raised is still called: a failing store is hit, and reported, at every row",
         [edit("track.py", "        self.trackers.remove(t)\n        try:\n", "        try:\n")],
-        ["nbs/30_track.ipynb"],  # its failing tracker is called after it raised (the views' test of it takes 30 s)
+        ["nbs/33_track.ipynb"],  # its failing tracker is called after it raised (the views' test of it takes 30 s)
     ),
     Mutant(
         "failing_tracker_not_marked_in_lineage",
@@ -1056,7 +1056,7 @@ MUTANTS = [
         "a re-trained step is compared with the run's row in its loss and fingerprint only",
         [edit("evidence.py", "        what = row_disagrees(row, rec, keys=measured(rec))",
               '        what = row_disagrees(row, rec, keys=[k for k in ("loss", "fingerprint") if rec.get(k)])')],
-        ["nbs/38_evidence.ipynb"],
+        ["nbs/41_evidence.ipynb"],
     ),
     Mutant(
         "verify_steps_all_is_a_prefix",
@@ -1075,14 +1075,14 @@ MUTANTS = [
         "tracker_not_caught_up",
         "a tracker is fed from the segment's start only: the rows a kill kept it from showing are lost for good",
         [edit("track.py", "                    since.append((t, max(0, last + 1)))", "                    pass")],
-        ["nbs/30_track.ipynb"],
+        ["nbs/33_track.ipynb"],
     ),
     Mutant(
         "tracker_system_exit_kills_the_feed",
         "a tracker raising SystemExit ends the feed's thread unreported: every other tracker stops too",
         [edit("track.py", "        except BaseException as e:  # anything a tracker raises",
               "        except Exception as e:  # anything a tracker raises")],
-        ["nbs/30_track.ipynb"],
+        ["nbs/33_track.ipynb"],
     ),
     Mutant(
         "hung_tracker_unnamed",
@@ -1101,13 +1101,13 @@ MUTANTS = [
         "ranks_environments_not_compared",
         "ranks under different MKL_CBWR train on, and die later as 'ranks diverged', naming nothing",
         [edit("dist.py", "        if drift := env_diff(envs[0], env):", "        if drift := {}:")],
-        ["nbs/34_dist.ipynb"],
+        ["nbs/37_dist.ipynb"],
     ),
     Mutant(
         "lost_peer_is_a_raw_traceback",
         "a rank whose peer was killed prints gloo's traceback instead of one line",
         [edit("dist.py", "    except RuntimeError as e:  # gloo's", "    except OSError as e:  # gloo's")],
-        ["nbs/34_dist.ipynb"],
+        ["nbs/37_dist.ipynb"],
     ),
     Mutant(
         "inspect_waits_on_a_fifo",
@@ -1150,14 +1150,14 @@ MUTANTS = [
     Mutant(
         "kit_code_hashes_only_the_modules_a_step_imports",
         "the kit's code is hashed without the loop, the replay and the rest: an edit of fit's loop is no change",
-        [edit("numerics.py", 'files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)',
+        [edit("kit.py", 'files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)',
               'files = sorted(p for p in root.rglob("*.py") if p.stem in ("step", "model", "numerics", "parts"))')],
         [f"{PROOF}::test_an_edit_of_any_module_of_the_package_or_an_exported_cell_changes_the_code_hash"],
     ),
     Mutant(
         "kit_code_without_the_notebooks",
         "installed from source, an edit of a notebook's exported cell (the code its cells run) is no change of code",
-        [edit("numerics.py", "        for nb in kit_notebooks(root):", "        for nb in []:")],
+        [edit("kit.py", "        for nb in kit_notebooks(root):", "        for nb in []:")],
         [f"{PROOF}::test_an_edit_of_any_module_of_the_package_or_an_exported_cell_changes_the_code_hash"],
     ),
     Mutant(
@@ -1333,7 +1333,7 @@ MUTANTS = [
         "the static mixed figure is the adaptive bits mixed: the report's static figure adapts",
         [edit("scorecard.py", '"mixed": mixed_bits(bits["alone"], counted, mix)',
               '"mixed": mixed_bits(bits["adapting"] or bits["alone"], counted, mix)')],
-        ["nbs/20_scorecard.ipynb"],
+        ["nbs/22_scorecard.ipynb"],
     ),
     Mutant(
         "adaptive_trains_before_it_scores",
@@ -1396,7 +1396,7 @@ MUTANTS = [
         "gap_to_the_weakest",
         "the gap is reported against the weakest compressor, not the strongest",
         [edit("baselines.py", "return min(have, key=lambda n:", "return max(have, key=lambda n:")],
-        [BASELINES_NB, "nbs/20_scorecard.ipynb"],
+        [BASELINES_NB, "nbs/22_scorecard.ipynb"],
     ),
     Mutant(
         "train_codes_read_held_out_text",
@@ -1450,14 +1450,14 @@ MUTANTS = [
         "compressor_started_without_its_memory_check",
         "PPMd's 2 GiB model is allocated without asking: under a memory limit the final score dies in a MemoryError",
         [edit("baselines.py", "        check_memory(JOB_MEMORY.get(", "        (JOB_MEMORY.get(")],
-        ["nbs/17_baselines.ipynb"],
+        ["nbs/19_baselines.ipynb"],
     ),
     Mutant(
         "a_baseline_that_cannot_run_loses_the_report",
         "a compressor refused for memory raises out of the report instead of leaving its figure missing with why",
         [edit("baselines.py", "except (BudgetError, MemoryError, OSError) as e:  # this figure is missing",
               "except OSError as e:  # this figure is missing")],
-        ["nbs/17_baselines.ipynb"],
+        ["nbs/19_baselines.ipynb"],
     ),
     Mutant(
         "count_model_estimate_leaves_out_its_pairs",
@@ -1469,13 +1469,13 @@ MUTANTS = [
         "torch_out_of_memory_is_a_bug",
         "torch's allocator failing (a RuntimeError) is not read as out of memory: a raw traceback, a lost score",
         [edit("budget.py", "return isinstance(e, RuntimeError) and any(", "return False and any(")],
-        ["nbs/07_budget.ipynb", "nbs/20_scorecard.ipynb"],
+        ["nbs/07_budget.ipynb", "nbs/22_scorecard.ipynb"],
     ),
     Mutant(
         "near_copies_kept",
         "the figure 'without near-copies' keeps them: it is the held-out figure again",
         [edit("scorecard.py", "keep = [i for i, f in enumerate(near) if not f]", "keep = list(range(len(near)))")],
-        ["nbs/20_scorecard.ipynb"],
+        ["nbs/22_scorecard.ipynb"],
     ),
     # the prose checked against the code: a count the chapters state, an object they name
     Mutant(
